@@ -20,20 +20,43 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import pulumi
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime import stack as runtime_stack
+
+from infra.gcp_ids import LIVE_ID
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET = "[secret]"
 
 
 class InvokeNotFound(Exception):
-    """What a data-source lookup of a resource that does not exist raises under the mocks.
+    """A data-source lookup of a resource that does not exist, under the mocks.
 
-    The message mirrors the Terraform-bridged data sources' own ("... not found"), so the
-    program's not-found handling is exercised the same way as against the real provider.
+    The message mirrors the Terraform-bridged data sources' own (`<resource id> not
+    found`), so the program's not-found handling is exercised as against the provider.
     """
+
+
+class EngineInvokeError(grpc.RpcError):
+    """How the real engine reports a failed invoke: a gRPC error with code UNKNOWN.
+
+    The SDK turns it into `Exception("invoke of <tok> failed: <details>")` raised in the
+    program, where it can be caught. A plain Python exception from the mock monitor would
+    instead be recorded as an unhandled RPC failure and fail the whole run, which no real
+    data-source error does.
+    """
+
+    def __init__(self, token: str, error: BaseException):
+        super().__init__(f"invocation of {token} returned an error: invoking {token}: "
+                         f"1 error occurred:\n\t* {error}")
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -79,8 +102,8 @@ class PlatformMocks(mocks.Mocks):
     def call(self, args: mocks.MockCallArgs):
         answer = self.live.get(args.token)
         if answer is None:
-            raise InvokeNotFound(f"{args.token}: {args.args.get('name', '')} not found")
-        return answer(args.args), None
+            raise InvokeNotFound(f"{_lookup_id(args.token, args.args, self.project)} not found")
+        return answer(args.args), []
 
     def new_resource(self, args: mocks.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -95,11 +118,8 @@ class PlatformMocks(mocks.Mocks):
             state["member"] = f"serviceAccount:{state['email']}"
             state["name"] = f"projects/{project}/serviceAccounts/{state['email']}"
             return state["name"], state
-        if typ.startswith("gcp:compute/"):
-            kind = typ.split(":")[-1]
-            state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{project}/global/{kind.lower()}s/{name}"
-            if typ == "gcp:compute/globalAddress:GlobalAddress" and "address" not in inputs:
-                state["address"] = "203.0.113." + str(int(_fake_id(name), 16) % 250 + 1)
+        if typ == "gcp:compute/globalAddress:GlobalAddress" and "address" not in inputs:
+            state["address"] = "203.0.113." + str(int(_fake_id(name), 16) % 250 + 1)
         if typ == "gcp:sql/databaseInstance:DatabaseInstance":
             region = inputs.get("region", "")
             state["connectionName"] = f"{project}:{region}:{name}"
@@ -118,8 +138,29 @@ class PlatformMocks(mocks.Mocks):
             return state["name"], state
         if typ == "gcp:storage/bucket:Bucket":
             state["url"] = f"gs://{name}"
-        state.setdefault("id", f"{name}")
-        return f"{args.name}-{_fake_id(typ, args.name)}", state
+        live_id = _live_id(typ, inputs, project)
+        if live_id is None:
+            return f"{args.name}-{_fake_id(typ, args.name)}", state
+        if typ.startswith("gcp:compute/"):
+            state["selfLink"] = f"https://www.googleapis.com/compute/v1/{live_id}"
+        return live_id, state
+
+
+def _live_id(typ: str, inputs: dict, project: str) -> str | None:
+    make = LIVE_ID.get(typ)
+    try:
+        return make(inputs, project, inputs.get("region") or inputs.get("location") or "") if make else None
+    except KeyError:  # an input the ID needs is not known yet
+        return None
+
+
+def _lookup_id(token: str, args: dict, project: str) -> str:
+    """The resource ID a Terraform-bridged data source names in its not-found error."""
+    collection = {"getService": "services", "getJob": "jobs"}.get(token.rsplit(":", 1)[-1])
+    name = args.get("name", "")
+    if collection:
+        return f"projects/{args.get('project') or project}/locations/{args.get('location', '')}/{collection}/{name}"
+    return str(name)
 
 
 class RecordingMonitor(mocks.MockMonitor):
@@ -144,6 +185,12 @@ class RecordingMonitor(mocks.MockMonitor):
             }
         return response
 
+    def Invoke(self, request):  # noqa: N802 - gRPC method name
+        try:
+            return super().Invoke(request)
+        except Exception as error:  # noqa: BLE001 - every provider error reaches the SDK this way
+            raise EngineInvokeError(request.tok, error) from error
+
     def RegisterResourceOutputs(self, request):  # noqa: N802 - gRPC method name
         if request.urn.split("::")[2] == STACK_TYPE:
             self.stack_outputs = _plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
@@ -162,6 +209,10 @@ def _plain(value: Any) -> Any:
         return getattr(value, "_urn_str", None) or repr(value)
     if value is rpc.UNKNOWN or type(value).__name__ == "Unknown":
         return "[unknown]"
+    if isinstance(value, float) and value.is_integer():
+        # The wire format (protobuf Struct) carries every number as a double; 80 reads
+        # better than 80.0 and compares equal to the int a test or rule writes.
+        return int(value)
     return value
 
 
