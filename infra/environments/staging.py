@@ -1,0 +1,21 @@
+"""Staging: shopos-feed runs web and worker in one instance over brew-staging, with the
+bucket mirror as the way back to bucket storage (SPEC 3.2)."""
+
+from __future__ import annotations
+
+import pulumi
+
+from infra.environments import app
+from infra.settings import StackSettings
+
+
+def build(s: StackSettings) -> None:
+    runtime = app.runtime_identity(s)
+    provider_secrets = app.secrets(s, runtime)
+    app.bucket(s, runtime)
+    db = app.database(s, (runtime.email,))
+    mirror_env = s.mirror.env() if s.mirror else {}
+    services = app.services(s, runtime, db, provider_secrets, extra_env=mirror_env)
+    pulumi.export("services", {name: svc.uri for name, svc in services.items()})
+    if s.mirror:
+        pulumi.export("mirrorSunset", s.mirror.sunset.isoformat())
