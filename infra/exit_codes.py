@@ -1,0 +1,10 @@
+"""Exit codes of `brew-infra`, one meaning each (the README lists them)."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # the command ran and the answer is "no" (findings, dangerous change)
+    BAD_INPUT = 2  # unknown stack, invalid stack file or setting, bad arguments
+    PROGRAM_ERROR = 3  # the Pulumi program itself failed under the mock runtime
