@@ -53,6 +53,8 @@ def _service(i: Inputs) -> str:
         facts.append(f"timeout {t['timeout']}")
     if "PG_POOL_MAX" in env:
         facts.append(f"pool {env['PG_POOL_MAX']}")
+    facts += [f"{key}={env[key]}" for key in ("STORAGE", "OBJECTS_MIRROR", "OBJECTS_READTHROUGH", "DEMO_MODE")
+              if key in env]
     facts.append(f"as {str(t.get('serviceAccount', '?')).split('@')[0]}")
     return ", ".join(facts)
 
