@@ -53,6 +53,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "network": ("object", "The VPC: name, subnet for Direct VPC egress, private services access range."),
     "edge": ("object", "The global HTTPS load balancer: address, URL map, hosts, Cloud Armor, TLS."),
     "deployer": ("object", "The CI promotion identity and its GitHub repository (workload identity federation)."),
+    "promote": ("object", "The promote pipeline: traffic steps, bake and settle times, health thresholds, timeouts."),
 }
 
 
@@ -183,6 +184,24 @@ class DeployerSettings:
 
 
 @dataclass(frozen=True)
+class PromoteSettings:
+    """How the promote pipeline rolls this stack out (SPEC 5); defaults suit production."""
+
+    steps: tuple[int, ...] = (10, 50, 100)
+    bake_seconds: float = 300.0
+    max_error_ratio: float = 0.01
+    min_requests: int = 100
+    on_inconclusive: str = "fail"  # or "hold": leave traffic where it is for a person
+    inconclusive_wait_seconds: float = 600.0
+    ready_timeout_seconds: float = 600.0
+    hand_over_timeout_seconds: float = 120.0
+    release_grace_seconds: float = 30.0  # after Ready, before ending the old holder's session
+    settle_seconds: float = 120.0
+    backup_window_hours: float = 24.0
+    lock_ttl_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
 class StackSettings:
     stack: str
     stack_file: str
@@ -203,6 +222,7 @@ class StackSettings:
     network: NetworkSettings | None = None
     edge: EdgeSettings | None = None
     deployer: DeployerSettings | None = None
+    promote: PromoteSettings = field(default_factory=PromoteSettings)
 
     def identity_email(self, account_id: str) -> str:
         return f"{account_id}@{self.project}.iam.gserviceaccount.com"
@@ -366,6 +386,38 @@ def _service(r: _Reader) -> ServiceSettings:
     return service
 
 
+_PROMOTE_KEYS = (
+    "steps", "bakeSeconds", "maxErrorRatio", "minRequests", "onInconclusive", "inconclusiveWaitSeconds",
+    "readyTimeoutSeconds", "handOverTimeoutSeconds", "releaseGraceSeconds", "settleSeconds",
+    "backupWindowHours", "lockTtlSeconds",
+)
+
+
+def _promote(r: _Reader) -> PromoteSettings:
+    d = PromoteSettings()
+    steps = r.raw("steps", list(d.steps))
+    if (not isinstance(steps, list) or not steps or any(isinstance(x, bool) or not isinstance(x, int) for x in steps)
+            or any(not 0 < x <= 100 for x in steps) or steps != sorted(set(steps)) or steps[-1] != 100):
+        r.fail("steps", f"expected ascending percentages ending at 100, like [10, 50, 100], got {steps!r}")
+    ratio = r.raw("maxErrorRatio", d.max_error_ratio)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+        r.fail("maxErrorRatio", f"expected a ratio between 0 and 1, like 0.01, got {ratio!r}")
+    return PromoteSettings(
+        steps=tuple(steps),
+        bake_seconds=r.int("bakeSeconds", default=int(d.bake_seconds), lo=0),
+        max_error_ratio=float(ratio),
+        min_requests=r.int("minRequests", default=d.min_requests, lo=1),
+        on_inconclusive=r.choice("onInconclusive", ("fail", "hold"), default=d.on_inconclusive),
+        inconclusive_wait_seconds=r.int("inconclusiveWaitSeconds", default=int(d.inconclusive_wait_seconds), lo=0),
+        ready_timeout_seconds=r.int("readyTimeoutSeconds", default=int(d.ready_timeout_seconds), lo=1),
+        hand_over_timeout_seconds=r.int("handOverTimeoutSeconds", default=int(d.hand_over_timeout_seconds), lo=1),
+        release_grace_seconds=r.int("releaseGraceSeconds", default=int(d.release_grace_seconds), lo=0),
+        settle_seconds=r.int("settleSeconds", default=int(d.settle_seconds), lo=0),
+        backup_window_hours=r.int("backupWindowHours", default=int(d.backup_window_hours), lo=1),
+        lock_ttl_seconds=r.int("lockTtlSeconds", default=int(d.lock_ttl_seconds), lo=60),
+    )
+
+
 def _database(r: _Reader) -> DatabaseSettings:
     backups = r.bool("backups", default=True)
     pitr = r.bool("pointInTimeRecovery", default=backups)
@@ -445,6 +497,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
                                  "brandsWaitMinutes"), default=None)
     network = root.obj("network", ("name", "subnet"))
     deployer = root.obj("deployer", ("accountId", "githubRepository"), default=None)
+    promote = root.obj("promote", _PROMOTE_KEYS, default=None)
     return StackSettings(
         stack=stack,
         stack_file=stack_file,
@@ -488,6 +541,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
             github_repository=deployer.str("githubRepository", pattern=re.compile(r"^[\w.-]+/[\w.-]+$"),
                                            what="owner/name"),
         ),
+        promote=PromoteSettings() if promote is None else _promote(promote),
     )
 
 

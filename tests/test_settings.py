@@ -177,3 +177,23 @@ def test_every_key_is_declared_in_pulumi_yaml_with_a_description():
         kind = KEYS[key][0]
         # Pulumi's project schema types strings and arrays of scalars; objects stay untyped.
         assert spec.get("type") == ({"string": "string", "array": "array" if "items" in spec else None}.get(kind)), key
+
+
+def test_promote_settings_load_from_prod():
+    settings = settings_of(read_stack("prod"))
+    assert settings.promote.steps == (10, 50, 100)
+    assert settings.promote.max_error_ratio == 0.01
+    assert settings.promote.on_inconclusive == "fail"
+
+
+@pytest.mark.parametrize("steps", [[50, 10, 100], [10, 50], [0, 100], "10,50,100", [10, 10, 100]])
+def test_promote_steps_must_ascend_to_100(steps):
+    config = ours("prod")
+    config["promote"]["steps"] = steps
+    assert "brew:promote.steps: expected ascending percentages ending at 100" in refused("prod", config)
+
+
+def test_promote_on_inconclusive_is_fail_or_hold():
+    config = ours("prod")
+    config["promote"]["onInconclusive"] = "pass"
+    assert "brew:promote.onInconclusive: expected one of fail | hold, got 'pass'" in refused("prod", config)
