@@ -154,6 +154,211 @@ def import_plan(
         err.print(f"  not imported (created by pulumi up): {item['type']} {item['name']}")
 
 
+sandbox_app = typer.Typer(help="A local rehearsal of production: real PostgreSQL, stand-ins for the "
+                            "Cloud Run, Cloud SQL Admin and Monitoring APIs, simulated workers.",
+                            no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+SANDBOX_DIR = Path(".sandbox")
+
+
+def _faults(inject: list[str] | None) -> list[str]:
+    from infra.sandbox.sandbox import FAULTS
+
+    unknown = [f for f in inject or [] if f not in FAULTS]
+    if unknown:
+        fail(ExitCode.BAD_INPUT, f"unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+    return list(inject or [])
+
+
+@sandbox_app.command("up")
+def sandbox_up(
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="A fault to inject (repeatable); "
+                                                     "see `brew-infra sandbox faults`.")] = None,
+    directory: Annotated[Path, typer.Option("--dir", help="Where the sandbox keeps its state.")] = SANDBOX_DIR,
+) -> None:
+    """Start the sandbox in the background; `brew-infra promote --sandbox-dir .sandbox` uses it."""
+    import subprocess
+    import time
+
+    faults = _faults(inject)
+    state = directory / "sandbox.json"
+    if state.exists():
+        fail(ExitCode.BAD_INPUT, f"a sandbox is already up in {directory} (brew-infra sandbox down first)")
+    directory.mkdir(parents=True, exist_ok=True)
+    log = open(directory / "sandbox.log", "ab")
+    argv = [sys.executable, "-m", "infra.sandbox.daemon", "--dir", str(directory)]
+    for fault in faults:
+        argv += ["--inject", fault]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not state.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            fail(ExitCode.PROGRAM_ERROR, f"the sandbox did not start; see {directory / 'sandbox.log'}")
+        time.sleep(0.1)
+    data = json.loads(state.read_text())
+    out.print(f"sandbox up (pid {proc.pid}); faults: {', '.join(data['faults']) or 'none'}")
+    for name, endpoint in data["endpoints"].items():
+        out.print(f"  {name:<11} {endpoint}")
+
+
+@sandbox_app.command("down")
+def sandbox_down(directory: Annotated[Path, typer.Option("--dir")] = SANDBOX_DIR) -> None:
+    """Stop the sandbox and remove its state."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    pid_file = directory / "pid"
+    if not pid_file.exists():
+        out.print(f"no sandbox up in {directory}")
+        return
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+    except ProcessLookupError:
+        pass
+    shutil.rmtree(directory, ignore_errors=True)
+    out.print("sandbox down")
+
+
+@sandbox_app.command("status")
+def sandbox_status(
+    directory: Annotated[Path, typer.Option("--dir")] = SANDBOX_DIR,
+    fmt: Annotated[Format, typer.Option("--format")] = Format.text,
+) -> None:
+    """Whether the sandbox is up, where it answers, what each service serves, who holds the lease."""
+    state = directory / "sandbox.json"
+    if not state.exists():
+        if fmt is Format.json:
+            sys.stdout.write(json.dumps({"up": False}) + "\n")
+        else:
+            out.print(f"no sandbox up in {directory}")
+        raise typer.Exit(int(ExitCode.FAILED))
+    data = json.loads(state.read_text())
+    status = {"up": True, **data, **_live_status(data["endpoints"])}
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(status, indent=2) + "\n")
+        return
+    out.print(f"sandbox up; faults: {', '.join(data['faults']) or 'none'}")
+    for name, traffic in status["services"].items():
+        out.print(f"  {name:<12} {', '.join(f'{r} {p}%' for r, p in traffic.items())}")
+    out.print(f"  lease holder {status['lease_holder'] or 'none'}")
+
+
+def _live_status(endpoints: dict[str, str]) -> dict:
+    from infra.promote.clients import CloudRun, Endpoints
+    from infra.promote.database import plain
+    from infra.promote.lease import WorkerLease
+    from infra.sandbox.sandbox import topology_from_stacks
+
+    top = topology_from_stacks()
+    run = CloudRun(top.project, top.region, Endpoints(endpoints["run"], endpoints["sqladmin"], endpoints["monitoring"]))
+    services = {name: run.get_service(name).traffic for name in (top.staging_service, top.web_service,
+                                                                   top.worker_service)}
+    lease = WorkerLease(plain(endpoints["database"]))
+    try:
+        holder = lease.read().revision
+    finally:
+        lease.close()
+    return {"services": services, "lease_holder": holder}
+
+
+@sandbox_app.command("faults")
+def sandbox_faults() -> None:
+    """The faults `--inject` takes."""
+    from infra.sandbox.sandbox import FAULTS
+
+    for name, what in FAULTS.items():
+        out.print(f"  {name:<22} {what}")
+
+
+@app.command()
+def promote(
+    image: Annotated[str | None, typer.Option("--image", help="The digest to promote (default: what staging "
+                                              "serves). Staging must serve it.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Run only the read-only gates and print the plan.")] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", envvar="GITHUB_RUN_ID", help="Identifies this "
+                                               "promotion; running again with the same id resumes it.")] = None,
+    database_dsn: Annotated[str | None, typer.Option("--database-dsn", envvar="BREW_DATABASE_DSN",
+                                                     help="Read the lease over this DSN (Cloud SQL Auth Proxy). "
+                                                     "Default: the Cloud SQL connector with the deployer's IAM "
+                                                     "login.")] = None,
+    sandbox: Annotated[bool, typer.Option("--sandbox", help="Start a sandbox around this one run.")] = False,
+    inject: Annotated[list[str] | None, typer.Option("--inject", help="With --sandbox: a fault to inject "
+                                                     "(repeatable).")] = None,
+    sandbox_dir: Annotated[Path | None, typer.Option("--sandbox-dir", help="Promote inside a sandbox started "
+                                                     "with `brew-infra sandbox up`.")] = None,
+    prod_stack: Annotated[str, typer.Option("--stack", help="The production stack.")] = "prod",
+    staging_stack: Annotated[str, typer.Option("--staging-stack")] = "staging",
+) -> None:
+    """Promote the image staging serves to production, through the gates, or roll back.
+
+    Gates: preflight (and the promotion lock), mirror, lease_before, backup, worker
+    (with the lease hand-over), web (stepped traffic with health checks), settle. Any
+    failure rolls back what was changed. Exit codes: 0 promoted, 10 preflight, 11 lock
+    held by another promotion, 20 mirror, 30 lease before, 40 backup, 50 worker,
+    60 web, 61 web held (inconclusive), 70 settle, 80 rollback failed, 2 bad input.
+
+    Examples:
+      brew-infra promote --sandbox                       # a clean rehearsal
+      brew-infra promote --sandbox --inject web-errors   # watch it roll back
+      brew-infra promote --report out/promote.json       # in CI
+    """
+    import uuid
+
+    from infra.promote.clients import Endpoints
+    from infra.promote.database import cloud_sql, plain
+    from infra.promote.runner import promote as run_promotion, target_of
+    from infra.synth.stacks import read_stack, settings_of
+
+    faults = _faults(inject)
+    if faults and not sandbox:
+        fail(ExitCode.BAD_INPUT, "--inject needs --sandbox")
+    if sandbox and sandbox_dir:
+        fail(ExitCode.BAD_INPUT, "give --sandbox or --sandbox-dir, not both")
+    prod = guarded(lambda: settings_of(read_stack(prod_stack)))
+    staging = guarded(lambda: settings_of(read_stack(staging_stack)))
+    run_id = run_id or uuid.uuid4().hex[:12]
+    rehearsal = sandbox or sandbox_dir is not None
+    from infra.sandbox.sandbox import PROMOTE_OVERRIDES  # short timings only for rehearsals
+
+    target = guarded(lambda: target_of(prod, staging, PROMOTE_OVERRIDES if rehearsal else None))
+
+    def run(endpoints: Endpoints, connect) -> None:
+        result = run_promotion(target, endpoints, connect, run_id, image, dry_run, report)
+        err.print(f"{result.result}" + (f" at {result.failed_gate}" if result.failed_gate else "")
+                  + f" (exit {result.exit_code})")
+        if dry_run and result.plan:
+            for line in result.plan:
+                out.print(f"  plan: {line}")
+        raise typer.Exit(result.exit_code)
+
+    if sandbox:
+        from infra.sandbox.sandbox import Sandbox, topology_from_stacks
+
+        with Sandbox(topology_from_stacks(prod_stack, staging_stack), faults) as box:
+            e = box.endpoints()
+            run(Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]))
+    if sandbox_dir is not None:
+        state = sandbox_dir / "sandbox.json"
+        if not state.exists():
+            fail(ExitCode.BAD_INPUT, f"no sandbox up in {sandbox_dir} (brew-infra sandbox up)")
+        e = json.loads(state.read_text())["endpoints"]
+        run(Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]))
+    assert prod.database is not None and prod.deployer is not None
+    connect = plain(database_dsn) if database_dsn else cloud_sql(
+        f"{prod.project}:{prod.region}:{prod.database.name}",
+        prod.identity_email(prod.deployer.account_id).removesuffix(".gserviceaccount.com"), prod.database.database)
+    run(Endpoints(), connect)
+
+
 def main() -> None:
     app()
 
