@@ -321,6 +321,9 @@ def promote(
     faults = _faults(inject)
     if faults and not sandbox:
         fail(ExitCode.BAD_INPUT, "--inject needs --sandbox")
+    if "crash-after-worker" in faults:
+        fail(ExitCode.BAD_INPUT, "crash-after-worker needs a sandbox that outlives the run: brew-infra sandbox up "
+                                 "--inject crash-after-worker, then brew-infra promote --sandbox-dir .sandbox twice")
     if sandbox and sandbox_dir:
         fail(ExitCode.BAD_INPUT, "give --sandbox or --sandbox-dir, not both")
     prod = guarded(lambda: settings_of(read_stack(prod_stack)))
@@ -351,12 +354,26 @@ def promote(
         if not state.exists():
             fail(ExitCode.BAD_INPUT, f"no sandbox up in {sandbox_dir} (brew-infra sandbox up)")
         e = json.loads(state.read_text())["endpoints"]
+        _arm_crash(sandbox_dir)
         run(Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]))
     assert prod.database is not None and prod.deployer is not None
     connect = plain(database_dsn) if database_dsn else cloud_sql(
         f"{prod.project}:{prod.region}:{prod.database.name}",
         prod.identity_email(prod.deployer.account_id).removesuffix(".gserviceaccount.com"), prod.database.database)
     run(Endpoints(), connect)
+
+
+def _arm_crash(sandbox_dir: Path) -> None:
+    """The sandbox's one-shot crash-after-worker fault: this run dies after the worker gate."""
+    import os
+
+    from infra.promote.pipeline import CRASH_AFTER_ENV
+    from infra.sandbox.daemon import CRASH_MARKER
+
+    marker = sandbox_dir / CRASH_MARKER
+    if marker.exists():
+        os.environ[CRASH_AFTER_ENV] = marker.read_text().strip()
+        marker.unlink()
 
 
 def main() -> None:

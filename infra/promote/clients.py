@@ -26,6 +26,15 @@ def retry_policy(deadline: float = CALL_DEADLINE) -> retries.Retry:
                          multiplier=2.0, timeout=deadline)
 
 
+def wait(op, timeout: float):
+    """Wait for a long-running operation: polling starts at 0.1 s and backs off to 5 s
+    (the library's default starts at 1 s and grows to 20 s); reading it retries 429/503."""
+    from google.api_core.future import polling
+
+    every = polling.DEFAULT_POLLING.with_delay(initial=0.1, maximum=5.0, multiplier=1.5).with_timeout(timeout)
+    return op.result(timeout=timeout, retry=retry_policy(timeout), polling=every)
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """Where each API lives; None means Google's own endpoint with default credentials."""
@@ -145,14 +154,13 @@ class CloudRun:
             svc.annotations.update(annotations)
         svc.traffic = self._traffic(traffic)
         op = self.services.update_service(service=svc, retry=retry_policy(), timeout=CALL_TIMEOUT)
-        done = op.result(timeout=timeout, retry=retry_policy(timeout))
-        return short(done.latest_created_revision)
+        return short(wait(op, timeout).latest_created_revision)
 
     def set_traffic(self, service: str, traffic: dict[str, int], timeout: float) -> None:
         svc = self._get(service)
         svc.traffic = self._traffic(traffic)
         op = self.services.update_service(service=svc, retry=retry_policy(), timeout=CALL_TIMEOUT)
-        op.result(timeout=timeout, retry=retry_policy(timeout))
+        wait(op, timeout)
 
     def update_annotations(self, service: str, changes: dict[str, str | None], etag: str | None = None) -> ServiceView:
         """Set (or with None, remove) service annotations. With `etag`, the update fails
@@ -166,7 +174,7 @@ class CloudRun:
             else:
                 svc.annotations[key] = value
         op = self.services.update_service(service=svc, retry=retry_policy(), timeout=CALL_TIMEOUT)
-        op.result(timeout=CALL_DEADLINE, retry=retry_policy())
+        wait(op, CALL_DEADLINE)
         return self.get_service(service)
 
     def _traffic(self, traffic: dict[str, int] | None):

@@ -12,6 +12,8 @@ from pathlib import Path
 from infra.sandbox.sandbox import Sandbox, topology_from_stacks
 
 STATE_FILE = "sandbox.json"
+# One-shot: the next promotion run against this sandbox dies after the worker gate.
+CRASH_MARKER = "crash-after-worker"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,14 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     args.dir.mkdir(parents=True, exist_ok=True)
-    with Sandbox(topology_from_stacks(), args.inject, base_dir=args.dir / "pg") as sandbox:
+    # Postgres lives in the system temp folder: its unprivileged user must reach it.
+    with Sandbox(topology_from_stacks(), args.inject) as sandbox:
         state = args.dir / STATE_FILE
         tmp = state.with_suffix(".tmp")
         sandbox.write_endpoints(tmp)
         tmp.rename(state)  # appears whole: `sandbox up` waits for it
         (args.dir / "pid").write_text(str(os.getpid()))
+        if CRASH_MARKER in args.inject:
+            (args.dir / CRASH_MARKER).write_text("worker")
         stop.wait()
-    for leftover in (args.dir / STATE_FILE, args.dir / "pid"):
+    for leftover in (args.dir / STATE_FILE, args.dir / "pid", args.dir / CRASH_MARKER):
         leftover.unlink(missing_ok=True)
     return 0
 

@@ -45,7 +45,7 @@ FAULTS: dict[str, str] = {
 
 STAGING_IMAGE = "asia-south1-docker.pkg.dev/squareup-brew/brew/brew@sha256:" + "5" * 64
 PROD_IMAGE = "asia-south1-docker.pkg.dev/squareup-brew/brew/brew@sha256:" + "0" * 64
-WEB_REQUESTS_PER_SECOND = 1000.0  # enough for a 10% step to be judged within a 1 s bake
+WEB_REQUESTS_PER_SECOND = 2000.0  # enough for a 10% step to be judged within a short bake
 LOW_REQUESTS_PER_SECOND = 1.0
 WEB_ERROR_RATIO = 0.2
 STALE_REVISION = "brew-worker-00000-old"  # holder-not-serving: a revision nothing serves
@@ -53,8 +53,8 @@ LOCK_ANNOTATION = "brew.joinsquareup.com/promotion"
 
 # Short pipeline timings for rehearsals: each a promote setting (infra.settings.PromoteSettings).
 PROMOTE_OVERRIDES = {
-    "bake_seconds": 1.0, "min_requests": 50, "inconclusive_wait_seconds": 2.0, "ready_timeout_seconds": 10.0,
-    "hand_over_timeout_seconds": 6.0, "release_grace_seconds": 1.5, "settle_seconds": 2.0,
+    "bake_seconds": 0.5, "min_requests": 50, "inconclusive_wait_seconds": 1.0, "ready_timeout_seconds": 10.0,
+    "hand_over_timeout_seconds": 5.0, "release_grace_seconds": 1.0, "settle_seconds": 1.0,
 }
 
 
@@ -218,7 +218,7 @@ class Sandbox:
             self.workers.start(revision, ignore_sigterm="old-holder-stuck" in self.faults)
         else:
             self.workers.start(revision, never_take_lease="lease-never-taken" in self.faults,
-                               drop_lease_after=3.0 if "lease-lost-during-web" in self.faults else None)
+                               drop_lease_after=1.5 if "lease-lost-during-web" in self.faults else None)
 
     def _traffic_changed(self, service_full: str, traffic: dict[str, int]) -> None:
         service = self._short(service_full)
