@@ -37,7 +37,8 @@ def build(s: StackSettings) -> None:
     app.jobs(s, db)
     alerts(s)
     if s.deployer:
-        deployer(s)
+        # CI's workload identity provider (google-github-actions/auth's workload_identity_provider).
+        pulumi.export("deployerProvider", deployer(s).provider_name)
     pulumi.export("services", {name: svc.uri for name, svc in services.items()})
     if db is not None:
         pulumi.export("database", db.connection_name)
