@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 from pulumi_gcp import cloudrunv2
 
-from infra.components.live_image import serving_image
+from infra.components.cloud_run_container import check_container, container_env, image_to_run, vpc_access
 
 # gcloud writes client/clientVersion and the operation-id annotation on every deploy, so
 # declaring them would show a diff each run. A job has no revisions or traffic to ignore.
@@ -22,10 +22,6 @@ JOB_IGNORE_CHANGES: tuple[str, ...] = (
     "clientVersion",
     'template.annotations["run.googleapis.com/operation-id"]',
 )
-
-# Private addresses only (Cloud SQL, Memorystore); public egress needs no Cloud NAT.
-VPC_EGRESS = "PRIVATE_RANGES_ONLY"
-
 
 @dataclass(frozen=True)
 class CloudRunJobArgs:
@@ -67,28 +63,7 @@ def _validate(args: CloudRunJobArgs) -> None:
     # A bare string would be split into one argument per character.
     if isinstance(args.command, str) or isinstance(args.args, str):
         raise ValueError(f"command/args: {args.command!r}/{args.args!r} must be sequences of strings, not a string")
-    both = sorted(set(args.env) & set(args.secret_env))
-    if both:
-        raise ValueError(f"env: {both} are in both env and secret_env")
-    if (args.network is None) != (args.subnetwork is None):
-        raise ValueError(f"network/subnetwork: {args.network!r}/{args.subnetwork!r} must be set together")
-
-
-def _envs(args: CloudRunJobArgs) -> list[cloudrunv2.JobTemplateTemplateContainerEnvArgs]:
-    entries = [cloudrunv2.JobTemplateTemplateContainerEnvArgs(name=k, value=v) for k, v in args.env.items()]
-    entries += [
-        cloudrunv2.JobTemplateTemplateContainerEnvArgs(
-            name=k,
-            value_source=cloudrunv2.JobTemplateTemplateContainerEnvValueSourceArgs(
-                secret_key_ref=cloudrunv2.JobTemplateTemplateContainerEnvValueSourceSecretKeyRefArgs(
-                    secret=secret, version="latest"
-                )
-            ),
-        )
-        for k, secret in args.secret_env.items()
-    ]
-    # Sorted so reordering a config dict never shows up as a diff.
-    return sorted(entries, key=lambda e: e.name)
+    check_container(args.env, args.secret_env, args.network, args.subnetwork)
 
 
 class CloudRunJob(pulumi.ComponentResource):
@@ -97,29 +72,8 @@ class CloudRunJob(pulumi.ComponentResource):
         _validate(args)
         super().__init__("brew:gcp:CloudRunJob", name, None, opts)
 
-        image = (
-            serving_image(
-                "job",
-                args.job_name,
-                args.project,
-                args.region,
-                fallback=args.image,
-                opts=pulumi.InvokeOptions(parent=self),
-            )
-            if args.follow_live_image
-            else args.image
-        )
-
-        vpc_access = None
-        if args.network is not None:
-            vpc_access = cloudrunv2.JobTemplateTemplateVpcAccessArgs(
-                egress=VPC_EGRESS,
-                network_interfaces=[
-                    cloudrunv2.JobTemplateTemplateVpcAccessNetworkInterfaceArgs(
-                        network=args.network, subnetwork=args.subnetwork
-                    )
-                ],
-            )
+        image = image_to_run("job", args.job_name, args.project, args.region, args.image,
+                             args.follow_live_image, self)
 
         self.job = cloudrunv2.Job(
             f"{name}-job",
@@ -140,13 +94,13 @@ class CloudRunJob(pulumi.ComponentResource):
                             # Empty means "use the image's ENTRYPOINT/CMD"; omit rather than send [].
                             commands=list(args.command) or None,
                             args=list(args.args) or None,
-                            envs=_envs(args),
+                            envs=container_env(args.env, args.secret_env),
                             resources=cloudrunv2.JobTemplateTemplateContainerResourcesArgs(
                                 limits={"cpu": args.cpu, "memory": args.memory},
                             ),
                         )
                     ],
-                    vpc_access=vpc_access,
+                    vpc_access=vpc_access(args.network, args.subnetwork),
                 ),
             ),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=list(JOB_IGNORE_CHANGES)),

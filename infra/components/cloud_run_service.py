@@ -13,7 +13,7 @@ from enum import Enum
 import pulumi
 from pulumi_gcp import cloudrunv2
 
-from infra.components.live_image import serving_image
+from infra.components.cloud_run_container import check_container, container_env, image_to_run, vpc_access
 
 
 class Role(str, Enum):
@@ -41,11 +41,6 @@ SERVICE_IGNORE_CHANGES: tuple[str, ...] = (
     'template.annotations["run.googleapis.com/operation-id"]',
     "traffics",
 )
-
-# Only reaches the VPC for private addresses (Cloud SQL, Memorystore); public egress
-# stays on Cloud Run's own path, which needs no Cloud NAT.
-VPC_EGRESS = "PRIVATE_RANGES_ONLY"
-
 
 @dataclass(frozen=True)
 class CloudRunServiceArgs:
@@ -101,33 +96,11 @@ def _validate(args: CloudRunServiceArgs) -> tuple[Role, Ingress]:
         raise ValueError(f"timeout_seconds: {args.timeout_seconds} is outside 1..3600")
     if "ROLE" in args.env or "ROLE" in args.secret_env:
         raise ValueError("env: 'ROLE' is set from role, not from env or secret_env")
-    both = sorted(set(args.env) & set(args.secret_env))
-    if both:
-        raise ValueError(f"env: {both} are in both env and secret_env")
-    if (args.network is None) != (args.subnetwork is None):
-        raise ValueError(f"network/subnetwork: {args.network!r}/{args.subnetwork!r} must be set together")
+    check_container(args.env, args.secret_env, args.network, args.subnetwork)
     if args.invoker_iam_disabled and ingress is Ingress.ALL:
         # That would be a public run.app URL anyone can call.
         raise ValueError(f"invoker_iam_disabled: True needs internal ingress, not {ingress.value}")
     return role, ingress
-
-
-def _envs(role: Role, args: CloudRunServiceArgs) -> list[cloudrunv2.ServiceTemplateContainerEnvArgs]:
-    plain = {"ROLE": role.value, **args.env}
-    entries = [cloudrunv2.ServiceTemplateContainerEnvArgs(name=k, value=v) for k, v in plain.items()]
-    entries += [
-        cloudrunv2.ServiceTemplateContainerEnvArgs(
-            name=k,
-            value_source=cloudrunv2.ServiceTemplateContainerEnvValueSourceArgs(
-                secret_key_ref=cloudrunv2.ServiceTemplateContainerEnvValueSourceSecretKeyRefArgs(
-                    secret=secret, version="latest"
-                )
-            ),
-        )
-        for k, secret in args.secret_env.items()
-    ]
-    # Sorted so reordering a config dict never shows up as a diff.
-    return sorted(entries, key=lambda e: e.name)
 
 
 class CloudRunService(pulumi.ComponentResource):
@@ -136,29 +109,8 @@ class CloudRunService(pulumi.ComponentResource):
         role, ingress = _validate(args)
         super().__init__("brew:gcp:CloudRunService", name, None, opts)
 
-        image = (
-            serving_image(
-                "service",
-                args.service_name,
-                args.project,
-                args.region,
-                fallback=args.image,
-                opts=pulumi.InvokeOptions(parent=self),
-            )
-            if args.follow_live_image
-            else args.image
-        )
-
-        vpc_access = None
-        if args.network is not None:
-            vpc_access = cloudrunv2.ServiceTemplateVpcAccessArgs(
-                egress=VPC_EGRESS,
-                network_interfaces=[
-                    cloudrunv2.ServiceTemplateVpcAccessNetworkInterfaceArgs(
-                        network=args.network, subnetwork=args.subnetwork
-                    )
-                ],
-            )
+        image = image_to_run("service", args.service_name, args.project, args.region, args.image,
+                             args.follow_live_image, self)
 
         self.service = cloudrunv2.Service(
             f"{name}-service",
@@ -182,7 +134,7 @@ class CloudRunService(pulumi.ComponentResource):
                 containers=[
                     cloudrunv2.ServiceTemplateContainerArgs(
                         image=image,
-                        envs=_envs(role, args),
+                        envs=container_env({"ROLE": role.value, **args.env}, args.secret_env),
                         resources=cloudrunv2.ServiceTemplateContainerResourcesArgs(
                             limits={"cpu": args.cpu, "memory": args.memory},
                             # Workers run outside requests, so they need CPU between them.
@@ -191,7 +143,7 @@ class CloudRunService(pulumi.ComponentResource):
                         ),
                     )
                 ],
-                vpc_access=vpc_access,
+                vpc_access=vpc_access(args.network, args.subnetwork),
             ),
             traffics=[cloudrunv2.ServiceTrafficArgs(type="TRAFFIC_TARGET_ALLOCATION_TYPE_LATEST", percent=100)],
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=list(SERVICE_IGNORE_CHANGES)),

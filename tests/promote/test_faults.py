@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from infra.promote.clients import Endpoints
 from infra.promote.database import plain
