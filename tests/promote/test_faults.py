@@ -219,3 +219,20 @@ def test_image_must_be_a_digest_staging_serves(tmp_path):
         other = promote(TARGET, endpoints, plain(e["database"]), run_id="t", image=PROD_IMAGE, dry_run=True,
                         report_path=None)
         assert other.exit_code == 10 and "serves" in other.steps[0].detail and "not" in other.steps[0].detail
+
+
+def test_low_traffic_with_hold_leaves_traffic_for_a_person(tmp_path):
+    import dataclasses
+
+    held_target = dataclasses.replace(TARGET, settings=dataclasses.replace(TARGET.settings, on_inconclusive="hold"))
+    with Sandbox(TOPOLOGY, ["low-traffic"]) as box:
+        e = box.endpoints()
+        report = promote(held_target, Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]),
+                         run_id="hold", image=None, dry_run=False, report_path=tmp_path / "report.json")
+        web = box.cloudrun.traffic(f"projects/{TOPOLOGY.project}/locations/{TOPOLOGY.region}/services/"
+                                   f"{TOPOLOGY.web_service}")
+    assert report.exit_code == 61
+    assert (report.result, report.failed_gate) == ("held", "web")
+    assert "held where it is for a person" in report.steps[-1].detail
+    new = [rev for rev in web if rev not in box.seeded]
+    assert len(new) == 1 and web[new[0]] == 10 and sum(web.values()) == 100
