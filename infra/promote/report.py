@@ -61,15 +61,19 @@ class LiveProgress(LineProgress):
 
         super().__init__(sys.stderr, clock)
         self.console = Console(stderr=True, highlight=False)
-        self.status = self.console.status("starting")
-        self.status.start()
         self.gate_started = self.clock()
-        self.current = ""
+        self.current, self.waiting_for = "starting", ""
+        # Rendered on every refresh, so the elapsed time ticks while a gate waits.
+        self.status = self.console.status(self)
+        self.status.start()
+
+    def __rich__(self) -> str:
+        return f"[bold]{self.current}[/] ({self.clock() - self.gate_started:.0f}s): {self.waiting_for}"
 
     def gate(self, gate: str, waiting_for: str) -> None:
         if gate != self.current:
             self.current, self.gate_started = gate, self.clock()
-        self.status.update(f"[bold]{gate}[/] ({self.clock() - self.gate_started:.0f}s): {waiting_for}")
+        self.waiting_for = waiting_for
 
     def note(self, gate: str, text: str) -> None:
         self.console.print(f"  [dim]{gate}:[/] {text}")
