@@ -446,7 +446,7 @@ class Pipeline:
 
     def _bake_and_judge(self, percent: int) -> None:
         s = self.s
-        self.progress.gate("web", f"baking {s.bake_seconds:.0f} s at {percent}%")
+        self.progress.gate("web", f"baking {s.bake_seconds:g} s at {percent}%")
         self.sleep(s.bake_seconds)
         waited, window = 0.0, max(s.bake_seconds, 1.0)
         while True:
@@ -536,7 +536,7 @@ class Pipeline:
             f"{s.hand_over_timeout_seconds:.0f} s)",
             f"deploy {image} to {self.t.web_service} with no traffic, then "
             + " -> ".join(f"{p}%" for p in s.steps)
-            + f", baking {s.bake_seconds:.0f} s and requiring <= {s.max_error_ratio:.2%} 5xx over at least "
+            + f", baking {s.bake_seconds:g} s and requiring <= {s.max_error_ratio:.2%} 5xx over at least "
               f"{s.min_requests} requests at each step",
             f"settle: the new worker revision keeps the lease for {s.settle_seconds:.0f} s",
         ]
