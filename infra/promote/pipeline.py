@@ -220,9 +220,10 @@ class Pipeline:
         except Held as held:
             self._step(name, "held", start, str(held))
             raise
-        except exceptions.GoogleAPICallError as error:
-            self._step(name, "failed", start, f"{type(error).__name__}: {error.message}")
-            raise GateFailed(name, f"{type(error).__name__}: {error.message}") from error
+        except Exception as error:  # noqa: BLE001 - an API, database or lease error fails the gate, then rolls back
+            detail = f"{type(error).__name__}: {_message(error)}"
+            self._step(name, "refused" if not self.changed else "failed", start, detail)
+            raise GateFailed(name, detail, refused=not self.changed) from error
         status, _, rest = detail.partition(": ")
         if status in ("skipped", "warning"):
             detail = rest

@@ -99,3 +99,33 @@ def test_line_progress_prints_plain_timed_lines():
         "[    1.5s] worker: waiting for w-2 to take the lease",
         "[    3.2s] worker: PASSED in 1.7s — w-2 holds the lease",
     ]
+
+
+class _Progress:
+    def gate(self, gate, waiting_for):
+        pass
+
+    def note(self, gate, text):
+        pass
+
+    def done(self, step):
+        pass
+
+
+def test_an_unexpected_error_in_a_gate_fails_that_gate_with_its_code_not_a_traceback():
+    from infra.promote.pipeline import EXIT_CODES, GateFailed, Pipeline
+    from infra.promote.runner import target_of
+    from infra.synth.stacks import read_stack, settings_of
+
+    class BrokenLease:
+        def read(self):
+            raise ConnectionResetError("server closed the connection")
+
+    target = target_of(settings_of(read_stack("prod")), settings_of(read_stack("staging")))
+    pipeline = Pipeline(target, run=None, sql=None, metrics=None, lease=BrokenLease(), progress=_Progress(),
+                        run_id="t")
+    with pytest.raises(GateFailed) as caught:
+        pipeline._gate("lease_before", lambda: pipeline.lease.read())
+    assert caught.value.code == EXIT_CODES["lease_before"]
+    assert caught.value.detail == "ConnectionResetError: server closed the connection"
+    assert pipeline.report.steps[-1].status == "refused"
