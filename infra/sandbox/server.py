@@ -133,6 +133,9 @@ class SandboxServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm
+            # holds the body until the client's delayed ACK, ~40 ms on every call.
+            disable_nagle_algorithm = True
 
             def _serve(self) -> None:
                 url = urlsplit(self.path)
