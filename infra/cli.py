@@ -295,6 +295,10 @@ def promote(
                                                      "(repeatable).")] = None,
     sandbox_dir: Annotated[Path | None, typer.Option("--sandbox-dir", help="Promote inside a sandbox started "
                                                      "with `brew-infra sandbox up`.")] = None,
+    staging_database_dsn: Annotated[str | None, typer.Option(
+        "--staging-database-dsn", envvar="BREW_STAGING_DATABASE_DSN",
+        help="Staging's database, for the bucket mirror drift check of gate 2 (without it the check is "
+             "reported as not configured).")] = None,
     prod_stack: Annotated[str, typer.Option("--stack", help="The production stack.")] = "prod",
     staging_stack: Annotated[str, typer.Option("--staging-stack")] = "staging",
 ) -> None:
@@ -315,7 +319,7 @@ def promote(
 
     from infra.promote.clients import Endpoints
     from infra.promote.database import cloud_sql, plain
-    from infra.promote.runner import promote as run_promotion, target_of
+    from infra.promote.runner import mirror_check, promote as run_promotion, target_of
     from infra.synth.stacks import read_stack, settings_of
 
     faults = _faults(inject)
@@ -334,8 +338,8 @@ def promote(
 
     target = guarded(lambda: target_of(prod, staging, PROMOTE_OVERRIDES if rehearsal else None))
 
-    def run(endpoints: Endpoints, connect) -> None:
-        result = run_promotion(target, endpoints, connect, run_id, image, dry_run, report)
+    def run(endpoints: Endpoints, connect, mirror_sync, today=None) -> None:
+        result = run_promotion(target, endpoints, connect, run_id, image, dry_run, report, mirror_sync, today)
         err.print(f"{result.result}" + (f" at {result.failed_gate}" if result.failed_gate else "")
                   + f" (exit {result.exit_code})")
         if dry_run and result.plan:
@@ -347,20 +351,102 @@ def promote(
         from infra.sandbox.sandbox import Sandbox, topology_from_stacks
 
         with Sandbox(topology_from_stacks(prod_stack, staging_stack), faults) as box:
-            e = box.endpoints()
-            run(Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]))
+            run(*_sandbox_wiring(box.endpoints(), staging, prod.project))
     if sandbox_dir is not None:
-        state = sandbox_dir / "sandbox.json"
-        if not state.exists():
-            fail(ExitCode.BAD_INPUT, f"no sandbox up in {sandbox_dir} (brew-infra sandbox up)")
-        e = json.loads(state.read_text())["endpoints"]
+        e = _sandbox_endpoints(sandbox_dir)
         _arm_crash(sandbox_dir)
-        run(Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]))
+        run(*_sandbox_wiring(e, staging, prod.project))
     assert prod.database is not None and prod.deployer is not None
     connect = plain(database_dsn) if database_dsn else cloud_sql(
         f"{prod.project}:{prod.region}:{prod.database.name}",
         prod.identity_email(prod.deployer.account_id).removesuffix(".gserviceaccount.com"), prod.database.database)
-    run(Endpoints(), connect)
+    staging_connect = plain(staging_database_dsn) if staging_database_dsn else None
+    run(Endpoints(), connect, mirror_check(staging.mirror, staging_connect, None, prod.project))
+
+
+def _sandbox_endpoints(sandbox_dir: Path) -> dict:
+    state = sandbox_dir / "sandbox.json"
+    if not state.exists():
+        fail(ExitCode.BAD_INPUT, f"no sandbox up in {sandbox_dir} (brew-infra sandbox up)")
+    return json.loads(state.read_text())["endpoints"]
+
+
+def _sandbox_wiring(e: dict, staging, project: str):
+    """Endpoints, the lease connection, the mirror check and the calendar of a sandbox."""
+    import datetime as dt
+
+    from infra.promote.clients import Endpoints
+    from infra.promote.database import plain
+    from infra.promote.runner import mirror_check
+
+    staging_connect = plain(e["staging_database"]) if "staging_database" in e else None
+    today = dt.date.fromisoformat(e["today"])
+    return (Endpoints(e["run"], e["sqladmin"], e["monitoring"]), plain(e["database"]),
+            mirror_check(staging.mirror, staging_connect, e.get("storage"), project), lambda: today)
+
+
+mirror_app = typer.Typer(help="Staging's bucket mirror: the way back to bucket storage.", no_args_is_help=True)
+app.add_typer(mirror_app, name="mirror")
+
+
+@mirror_app.command("status")
+def mirror_status(
+    stack: Annotated[str, typer.Option("--stack", help="The staging stack.")] = "staging",
+    prod_stack: Annotated[str, typer.Option("--prod-stack", help="The production stack (its STORAGE).")] = "prod",
+    strict: Annotated[bool, typer.Option("--strict", help="Flags on past their sunset fail (exit 24) "
+                                         "instead of warning.")] = False,
+    staging_database_dsn: Annotated[str | None, typer.Option(
+        "--staging-database-dsn", envvar="BREW_STAGING_DATABASE_DSN",
+        help="Staging's database, for the drift check (Cloud SQL Auth Proxy).")] = None,
+    sandbox_dir: Annotated[Path | None, typer.Option("--sandbox-dir", help="Check a sandbox started with "
+                                                     "`brew-infra sandbox up`.")] = None,
+    fmt: Annotated[Format, typer.Option("--format")] = Format.text,
+) -> None:
+    """Is staging's way back to bucket storage sound? Flags, sunset and the bucket mirror.
+
+    Reads the live staging service's OBJECTS_MIRROR / OBJECTS_READTHROUGH / STORAGE, the
+    declared settings and, while the mirror is on, compares every row with its bucket
+    object (streaming both sides in key order). Exit codes: 0 ok, 20 READTHROUGH without
+    MIRROR, 21 live flags differ from the declared ones, 22 STORAGE differs from
+    production's, 23 mirror out of sync, 24 past the sunset (with --strict), 2 bad input.
+    """
+    import datetime as dt
+
+    from infra.promote.clients import CloudRun, Endpoints
+    from infra.promote.database import plain
+    from infra.promote.mirror import mirror_verdict
+    from infra.promote.runner import mirror_check
+    from infra.synth.stacks import read_stack, settings_of
+
+    staging = guarded(lambda: settings_of(read_stack(stack)))
+    prod = guarded(lambda: settings_of(read_stack(prod_stack)))
+    if sandbox_dir is not None:
+        endpoints, _, check, today = _sandbox_wiring(_sandbox_endpoints(sandbox_dir), staging, prod.project)
+    else:
+        staging_connect = plain(staging_database_dsn) if staging_database_dsn else None
+        endpoints, check = Endpoints(), mirror_check(staging.mirror, staging_connect, None, prod.project)
+        today = lambda: dt.datetime.now(dt.timezone.utc).date()  # noqa: E731 - dates compare in UTC
+    service = staging.services[0].name
+
+    def verdict():
+        env = CloudRun(staging.project, staging.region, endpoints).get_service(service).env
+        return mirror_verdict(env, staging.mirror, prod.storage, today(), check, strict)
+
+    result = guarded(verdict)
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps({
+            "ok": result.ok, "exit_code": result.exit_code, "flags": result.flags,
+            "problems": [{"kind": p.kind, "message": p.message} for p in result.problems],
+            "warnings": [{"kind": w.kind, "message": w.message} for w in result.warnings],
+        }, indent=2) + "\n")
+    else:
+        out.print(f"{service}: " + ", ".join(f"{k}={v}" for k, v in result.flags.items()))
+        for problem in result.problems:
+            out.print(f"[red]  {problem.kind}:[/] {problem.message}")
+        for warning in result.warnings:
+            out.print(f"[yellow]  {warning.kind}:[/] {warning.message}")
+        out.print("[green]ok[/]" if result.ok else f"[red]refused[/] (exit {result.exit_code})")
+    raise typer.Exit(result.exit_code)
 
 
 def _arm_crash(sandbox_dir: Path) -> None:

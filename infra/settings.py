@@ -123,6 +123,15 @@ class MirrorFlags:
     objects_mirror: bool
     objects_readthrough: bool
     sunset: dt.date
+    # Where the mirror is, for the drift check: rows of `table` as objects `prefix + key`
+    # in `bucket` whose custom metadata `version` is at least the row's.
+    bucket: str = ""
+    table: str = "objects"
+    key_column: str = "key"
+    version_column: str = "version"
+    updated_at_column: str = "updated_at"
+    prefix: str = "rows/"
+    lag_seconds: int = 60
 
     def env(self) -> dict[str, str]:
         return {
@@ -468,11 +477,23 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
     if storage == "pg" and db is None:
         root.fail("database", "storage is pg, so a database is required")
     bucket = root.obj("bucket", ("name", "location", "versioning"))
-    mirror = root.obj("mirror", ("objectsMirror", "objectsReadthrough", "sunset"), default=None)
+    mirror = root.obj("mirror", ("objectsMirror", "objectsReadthrough", "sunset", "bucket", "table", "keyColumn",
+                                 "versionColumn", "updatedAtColumn", "prefix", "lagSeconds"), default=None)
     mirror_flags = None
     if mirror is not None:
-        mirror_flags = MirrorFlags(mirror.bool("objectsMirror"), mirror.bool("objectsReadthrough"),
-                                   mirror.date("sunset"))
+        column = re.compile(r"^[a-z_][a-z0-9_]*$")
+        declared_bucket = (root.data.get("bucket") or {}).get("name", "")
+        mirror_flags = MirrorFlags(
+            mirror.bool("objectsMirror"), mirror.bool("objectsReadthrough"), mirror.date("sunset"),
+            bucket=mirror.str("bucket", default=declared_bucket),
+            table=mirror.str("table", default="objects", pattern=column, what="a table name"),
+            key_column=mirror.str("keyColumn", default="key", pattern=column, what="a column name"),
+            version_column=mirror.str("versionColumn", default="version", pattern=column, what="a column name"),
+            updated_at_column=mirror.str("updatedAtColumn", default="updated_at", pattern=column,
+                                         what="a column name"),
+            prefix=mirror.str("prefix", default="rows/"),
+            lag_seconds=mirror.int("lagSeconds", default=60, lo=0, hi=86400),
+        )
         if mirror_flags.objects_readthrough and not mirror_flags.objects_mirror:
             mirror.fail("objectsReadthrough", "READTHROUGH needs objectsMirror: true (reads would fall through "
                                               "to a bucket nobody writes)")

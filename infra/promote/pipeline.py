@@ -32,7 +32,7 @@ from google.api_core import exceptions
 
 from infra.promote.clients import CloudRun, CloudSql, Metrics, ServiceView
 from infra.promote.health import Verdict, judge
-from infra.promote.mirror import MirrorSyncCheck, NoSyncCheck, check_mirror_flags
+from infra.promote.mirror import MirrorSyncCheck, NoSyncCheck, mirror_verdict
 from infra.settings import MirrorFlags, PromoteSettings
 
 GATES = ("preflight", "mirror", "lease_before", "backup", "worker", "web", "settle")
@@ -300,15 +300,13 @@ class Pipeline:
     def mirror(self) -> str:
         self.progress.gate("mirror", f"reading {self.t.staging_service}'s mirror flags")
         staging = self.run.get_service(self.t.staging_service)
-        verdict = check_mirror_flags(staging.env, self.t.staging_mirror, self.t.prod_storage, self.today())
-        sync = self.mirror_sync.check() if verdict.ok else None
-        problems = list(verdict.problems) + list(sync.problems if sync else ())
-        if problems:
-            raise GateFailed("mirror", "; ".join(problems), refused=True)
+        verdict = mirror_verdict(staging.env, self.t.staging_mirror, self.t.prod_storage, self.today(),
+                                 self.mirror_sync)
+        if verdict.problems:
+            raise GateFailed("mirror", "; ".join(p.message for p in verdict.problems), refused=True)
         flags = ", ".join(f"{k}={v}" for k, v in verdict.flags.items())
-        warnings = list(verdict.warnings) + list(sync.warnings if sync else ())
-        detail = "; ".join([flags, *warnings])
-        return f"warning: {detail}" if any("overdue" in w for w in warnings) else detail
+        detail = "; ".join([flags, *(w.message for w in verdict.warnings)])
+        return f"warning: {detail}" if any(w.kind == "overdue" for w in verdict.warnings) else detail
 
     # --- 3. lease before --------------------------------------------------------------
 

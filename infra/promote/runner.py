@@ -29,8 +29,32 @@ def target_of(prod: StackSettings, staging: StackSettings, overrides: dict[str, 
     )
 
 
+def mirror_check(mirror, staging_connect, storage_endpoint: str | None, project: str):
+    """The bucket drift check of staging's mirror, or the seam's placeholder when the
+    staging database was not given."""
+    from infra.promote.mirror import NoSyncCheck
+
+    if mirror is None or staging_connect is None:
+        return NoSyncCheck()
+    from google.cloud import storage
+
+    from infra.promote.mirror_sync import BucketMirrorCheck, MirrorSource
+
+    if storage_endpoint:
+        from google.auth.credentials import AnonymousCredentials
+
+        client = storage.Client(project=project, credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": storage_endpoint})
+    else:
+        client = storage.Client(project=project)  # application default credentials
+    source = MirrorSource(bucket=mirror.bucket, table=mirror.table, key_column=mirror.key_column,
+                          version_column=mirror.version_column, updated_at_column=mirror.updated_at_column,
+                          prefix=mirror.prefix, lag_seconds=mirror.lag_seconds)
+    return BucketMirrorCheck(staging_connect, client, source)
+
+
 def promote(target: Target, endpoints: Endpoints, connect, run_id: str, image: str | None, dry_run: bool,
-            report_path: Path | None) -> Report:
+            report_path: Path | None, mirror_sync=None, today=None) -> Report:
     live = sys.stderr.isatty()
     progress = LiveProgress() if live else LineProgress()
     lease = WorkerLease(connect)
@@ -40,7 +64,8 @@ def promote(target: Target, endpoints: Endpoints, connect, run_id: str, image: s
             CloudRun(target.project, target.region, endpoints),
             CloudSql(target.project, target.database_instance, endpoints),
             Metrics(target.project, endpoints),
-            lease, progress, run_id=run_id, image=image, dry_run=dry_run,
+            lease, progress, run_id=run_id, image=image, dry_run=dry_run, mirror_sync=mirror_sync,
+            **({"today": today} if today else {}),
         )
         report = pipeline.execute()
     finally:

@@ -15,6 +15,7 @@ behaviour each. The promote pipeline is only pointed at `endpoints()`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ from infra.sandbox.monitoring import MonitoringApi, TrafficModel
 from infra.sandbox.postgres import APP_ROLE, DEPLOYER_ROLE, LocalPostgres
 from infra.sandbox.server import ApiError, Request, SandboxServer
 from infra.sandbox.workers import WorkerSupervisor
+from infra.settings import MirrorFlags
 
 FAULTS: dict[str, str] = {
     "db-down": "the production Cloud SQL instance is not RUNNABLE",
@@ -41,7 +43,13 @@ FAULTS: dict[str, str] = {
     "low-traffic": "too few requests reach the new web revision to judge it",
     "concurrent-promote": "another promotion holds the promotion lock",
     "crash-after-worker": "the pipeline process dies right after the worker rollout",
+    "readthrough-without-mirror": "staging reads through to the bucket with the mirror off",
+    "flags-drift": "staging's live mirror flags differ from the declared ones",
+    "mirror-out-of-sync": "rows missing and stale in staging's bucket mirror",
+    "past-sunset": "the mirror flags are still on after their sunset date",
 }
+MIRROR_ROWS = 60  # rows in staging's objects table, mirrored in its bucket
+STAGING_DATABASE = "brew_staging"
 
 STAGING_IMAGE = "asia-south1-docker.pkg.dev/squareup-brew/brew/brew@sha256:" + "5" * 64
 PROD_IMAGE = "asia-south1-docker.pkg.dev/squareup-brew/brew/brew@sha256:" + "0" * 64
@@ -53,8 +61,8 @@ LOCK_ANNOTATION = "brew.joinsquareup.com/promotion"
 
 # Short pipeline timings for rehearsals: each a promote setting (infra.settings.PromoteSettings).
 PROMOTE_OVERRIDES = {
-    "bake_seconds": 0.5, "min_requests": 50, "inconclusive_wait_seconds": 1.0, "ready_timeout_seconds": 10.0,
-    "hand_over_timeout_seconds": 5.0, "release_grace_seconds": 1.0, "settle_seconds": 1.0,
+    "bake_seconds": 0.3, "min_requests": 50, "inconclusive_wait_seconds": 0.5, "ready_timeout_seconds": 10.0,
+    "hand_over_timeout_seconds": 3.0, "release_grace_seconds": 0.8, "settle_seconds": 0.5,
 }
 
 
@@ -73,6 +81,7 @@ class Topology:
     web_service: str
     worker_service: str
     database_instance: str
+    mirror: MirrorFlags | None = None
 
 
 def check_faults(faults: Iterable[str]) -> frozenset[str]:
@@ -84,18 +93,22 @@ def check_faults(faults: Iterable[str]) -> frozenset[str]:
 
 
 class Sandbox:
-    def __init__(self, topology: Topology, faults: Iterable[str] = (), *, ready_delay: float = 0.3,
-                 operation_delay: float = 0.1, backup_delay: float = 0.3, base_dir: Path | None = None):
+    def __init__(self, topology: Topology, faults: Iterable[str] = (), *, ready_delay: float = 0.2,
+                 operation_delay: float = 0.1, backup_delay: float = 0.3, base_dir: Path | None = None,
+                 pg: LocalPostgres | None = None):
+        """`pg`: a running server to use instead of starting one (it is left running)."""
         self.top = topology
         self.faults = check_faults(faults)
         self.ready_delay, self.operation_delay, self.backup_delay = ready_delay, operation_delay, backup_delay
         self.base_dir = base_dir
-        self.pg: LocalPostgres | None = None
+        self.pg: LocalPostgres | None = pg
+        self._own_pg = pg is None
         self.workers: WorkerSupervisor | None = None
         self.server: SandboxServer | None = None
         self.cloudrun: CloudRunApi | None = None
         self.cloudsql: CloudSqlApi | None = None
         self.traffic = TrafficModel(location=topology.region)
+        self.gcs = None  # LocalGcs, when staging mirrors to a bucket
         self.seeded: set[str] = set()
         self._requests = 0
         self._lock = threading.Lock()
@@ -104,7 +117,8 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         top = self.top
-        self.pg = LocalPostgres(base_dir=self.base_dir).start()
+        if self._own_pg:
+            self.pg = LocalPostgres(base_dir=self.base_dir).start()
         self.workers = WorkerSupervisor(self.pg.dsn(APP_ROLE))
         self.cloudrun = CloudRunApi(
             operation_delay=self.operation_delay, ready_delay=self.ready_delay, ready_timeout=3.0,
@@ -115,12 +129,15 @@ class Sandbox:
         self.server = SandboxServer([self.cloudrun, self.cloudsql, MonitoringApi(self.traffic)],
                                     before=self._flaky if "api-flaky" in self.faults else None).start()
         self._seed()
+        if top.mirror is not None:
+            self._seed_mirror(top.mirror)
         return self
 
     def stop(self) -> None:
         # Workers before Postgres, so none is left blocked on a lock of a dead server.
         for shut in (self.server and self.server.stop, self.cloudrun and self.cloudrun.close,
-                     self.workers and self.workers.close, self.pg and self.pg.stop):
+                     self.workers and self.workers.close, self.gcs and self.gcs.stop,
+                     self.pg and (self.pg.stop if self._own_pg else self._drop_staging_database)):
             if shut:
                 try:
                     shut()
@@ -135,8 +152,17 @@ class Sandbox:
 
     def endpoints(self) -> dict[str, str]:
         assert self.server is not None and self.pg is not None
-        return {"run": self.server.endpoint, "sqladmin": self.server.endpoint,
-                "monitoring": self.server.endpoint, "database": self.pg.dsn(DEPLOYER_ROLE)}
+        endpoints = {"run": self.server.endpoint, "sqladmin": self.server.endpoint,
+                     "monitoring": self.server.endpoint, "database": self.pg.dsn(DEPLOYER_ROLE),
+                     "today": self.today().isoformat()}
+        if self.gcs is not None:
+            endpoints |= {"storage": self.gcs.endpoint, "staging_database": self.pg.dsn(DEPLOYER_ROLE, STAGING_DATABASE)}
+        return endpoints
+
+    def today(self) -> dt.date:
+        """The sandbox's calendar: the day before the mirror's sunset, or after it with past-sunset."""
+        sunset = self.top.mirror.sunset if self.top.mirror else dt.date(2026, 1, 1)
+        return sunset + dt.timedelta(days=1 if "past-sunset" in self.faults else -1)
 
     def write_endpoints(self, path: Path) -> None:
         path.write_text(json.dumps({"endpoints": self.endpoints(), "faults": sorted(self.faults)}, indent=2))
@@ -152,7 +178,12 @@ class Sandbox:
         if "holder-not-serving" in self.faults:
             self.workers.start(STALE_REVISION)
             self._wait_for_holder(STALE_REVISION)
-        run.seed_service(top.project, top.region, top.staging_service, STAGING_IMAGE, env=top.staging_env,
+        staging_env = dict(top.staging_env)
+        if "readthrough-without-mirror" in self.faults:
+            staging_env |= {"OBJECTS_MIRROR": "0", "OBJECTS_READTHROUGH": "1"}
+        if "flags-drift" in self.faults:
+            staging_env |= {"OBJECTS_READTHROUGH": "0"}
+        run.seed_service(top.project, top.region, top.staging_service, STAGING_IMAGE, env=staging_env,
                          min_instances=1, max_instances=1)
         run.seed_service(top.project, top.region, top.web_service, PROD_IMAGE, min_instances=2, max_instances=10,
                          ingress="INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER")
@@ -165,6 +196,46 @@ class Sandbox:
             self._wait_for_holder(worker_revision if "no-lease-holder" not in self.faults else None)
         if "concurrent-promote" in self.faults:
             self._foreign_lock()
+
+    def _seed_mirror(self, mirror: MirrorFlags) -> None:
+        """Staging's database rows and their bucket mirror, in sync unless a fault says not."""
+        from infra.sandbox.gcs import LocalGcs, seed_mirror
+
+        assert self.pg is not None
+        self._drop_staging_database()
+        admin = self.pg.connect()
+        try:
+            admin.run(f'CREATE DATABASE "{STAGING_DATABASE}"')
+        finally:
+            admin.close()
+        rows = [(f"brand-{i:04d}/doc", 1 + i % 3) for i in range(MIRROR_ROWS)]
+        conn = self.pg.connect(database=STAGING_DATABASE)
+        try:
+            conn.run(f'CREATE TABLE "{mirror.table}" ("{mirror.key_column}" text PRIMARY KEY, '
+                     f'"{mirror.version_column}" bigint NOT NULL, '
+                     f'"{mirror.updated_at_column}" timestamptz NOT NULL)')
+            conn.run(f'GRANT SELECT ON "{mirror.table}" TO {DEPLOYER_ROLE}')
+            # Changed an hour ago: outside any lag window. The same keys and versions as `rows`.
+            conn.run(f'INSERT INTO "{mirror.table}" SELECT format(\'brand-%s/doc\', lpad(i::text, 4, \'0\')), '
+                     f"1 + i % 3, now() - interval '1 hour' FROM generate_series(0, {MIRROR_ROWS - 1}) AS i")
+        finally:
+            conn.close()
+        self.gcs = LocalGcs().start()
+        client = self.gcs.client(self.top.project)
+        self.gcs.create_bucket(mirror.bucket)
+        mirrored = rows
+        if "mirror-out-of-sync" in self.faults:
+            # Three rows never mirrored, two mirrored at an older version.
+            mirrored = [(k, v - 1 if i in (10, 11) else v) for i, (k, v) in enumerate(rows) if i not in (3, 4, 5)]
+        seed_mirror(client, mirror.bucket, mirror.prefix, mirrored)
+
+    def _drop_staging_database(self) -> None:
+        assert self.pg is not None
+        admin = self.pg.connect()
+        try:
+            admin.run(f'DROP DATABASE IF EXISTS "{STAGING_DATABASE}" WITH (FORCE)')
+        finally:
+            admin.close()
 
     def _full(self, service: str) -> str:
         return f"projects/{self.top.project}/locations/{self.top.region}/services/{service}"
@@ -218,7 +289,7 @@ class Sandbox:
             self.workers.start(revision, ignore_sigterm="old-holder-stuck" in self.faults)
         else:
             self.workers.start(revision, never_take_lease="lease-never-taken" in self.faults,
-                               drop_lease_after=1.5 if "lease-lost-during-web" in self.faults else None)
+                               drop_lease_after=1.0 if "lease-lost-during-web" in self.faults else None)
 
     def _traffic_changed(self, service_full: str, traffic: dict[str, int]) -> None:
         service = self._short(service_full)
@@ -247,11 +318,11 @@ class Sandbox:
                 self.workers.start(revision)
 
     def _flaky(self, request: Request) -> None:
-        # Bursts: two failures every fifth request, alternating 429 and 503.
+        # Bursts: two failures in every eight requests, alternating 429 and 503.
         with self._lock:
             self._requests += 1
             n = self._requests
-        if n % 5 in (1, 2):
+        if n % 8 in (1, 2):
             status = 429 if n % 10 < 5 else 503
             raise ApiError(status, "Quota exceeded" if status == 429 else "The service is currently unavailable.")
 
@@ -268,4 +339,5 @@ def topology_from_stacks(prod_stack: str = "prod", staging_stack: str = "staging
            **(staging.mirror.env() if staging.mirror else {})}
     assert prod.database is not None
     return Topology(project=prod.project, region=prod.region, staging_service=feed.name, staging_env=env,
-                    web_service=web.name, worker_service=worker.name, database_instance=prod.database.name)
+                    web_service=web.name, worker_service=worker.name, database_instance=prod.database.name,
+                    mirror=staging.mirror)

@@ -40,24 +40,30 @@ def test_mirror_flags_as_declared_pass():
 
 def test_readthrough_without_mirror_is_refused():
     verdict = check_mirror_flags({**ON, "OBJECTS_MIRROR": "0"}, None, "pg", dt.date(2026, 11, 1))
-    assert not verdict.ok and "OBJECTS_READTHROUGH is on without OBJECTS_MIRROR" in verdict.problems[0]
+    assert not verdict.ok and "OBJECTS_READTHROUGH is on without OBJECTS_MIRROR" in verdict.problems[0].message
+    assert verdict.exit_code == 20
 
 
 def test_live_flags_that_differ_from_the_declared_ones_are_drift():
     verdict = check_mirror_flags({**ON, "OBJECTS_READTHROUGH": "0"}, DECLARED, "pg", dt.date(2026, 11, 1))
-    assert not verdict.ok and "drift" in verdict.problems[0]
+    assert not verdict.ok and "drift" in verdict.problems[0].message
+    assert verdict.exit_code == 21
 
 
 def test_staging_storage_must_equal_production():
     verdict = check_mirror_flags({**ON, "STORAGE": "bucket"}, DECLARED, "pg", dt.date(2026, 11, 1))
-    assert not verdict.ok and "staging STORAGE is 'bucket', production's is 'pg'" in verdict.problems[0]
+    assert not verdict.ok and "staging STORAGE is 'bucket', production's is 'pg'" in verdict.problems[0].message
+    assert verdict.exit_code == 22
 
 
 @pytest.mark.parametrize(("today", "overdue"), [(dt.date(2026, 11, 25), False), (dt.date(2026, 11, 26), True)])
 def test_flags_past_the_sunset_are_a_warning(today, overdue):
     verdict = check_mirror_flags(ON, DECLARED, "pg", today)
     assert verdict.ok
-    assert any("overdue" in w for w in verdict.warnings) is overdue
+    assert any(w.kind == "overdue" for w in verdict.warnings) is overdue
+    strict = check_mirror_flags(ON, DECLARED, "pg", today, strict=True)
+    assert strict.ok is not overdue
+    assert strict.exit_code == (24 if overdue else 0)
 
 
 def report() -> Report:
