@@ -132,6 +132,9 @@ class MirrorFlags:
     updated_at_column: str = "updated_at"
     prefix: str = "rows/"
     lag_seconds: int = 60
+    # Service account ids that read the mirror for the drift check (the CI deployer):
+    # they list the bucket and log in to the database, nothing more.
+    readers: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
         return {
@@ -190,6 +193,9 @@ class IdentitySettings:
 class DeployerSettings:
     account_id: str
     github_repository: str
+    # Cloud SQL instances it may connect to: production's for the lease, staging's for
+    # the mirror drift check (empty: production's only).
+    databases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -478,7 +484,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
         root.fail("database", "storage is pg, so a database is required")
     bucket = root.obj("bucket", ("name", "location", "versioning"))
     mirror = root.obj("mirror", ("objectsMirror", "objectsReadthrough", "sunset", "bucket", "table", "keyColumn",
-                                 "versionColumn", "updatedAtColumn", "prefix", "lagSeconds"), default=None)
+                                 "versionColumn", "updatedAtColumn", "prefix", "lagSeconds", "readers"), default=None)
     mirror_flags = None
     if mirror is not None:
         column = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -493,6 +499,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
                                          what="a column name"),
             prefix=mirror.str("prefix", default="rows/"),
             lag_seconds=mirror.int("lagSeconds", default=60, lo=0, hi=86400),
+            readers=mirror.strings("readers", default=[], pattern=NAME_RE),
         )
         if mirror_flags.objects_readthrough and not mirror_flags.objects_mirror:
             mirror.fail("objectsReadthrough", "READTHROUGH needs objectsMirror: true (reads would fall through "
@@ -517,7 +524,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
     alerts = root.obj("alerts", ("emails", "connectionThreshold", "queueWaitMinutes", "brandsWaiting",
                                  "brandsWaitMinutes"), default=None)
     network = root.obj("network", ("name", "subnet"))
-    deployer = root.obj("deployer", ("accountId", "githubRepository"), default=None)
+    deployer = root.obj("deployer", ("accountId", "githubRepository", "databases"), default=None)
     promote = root.obj("promote", _PROMOTE_KEYS, default=None)
     return StackSettings(
         stack=stack,
@@ -561,6 +568,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
             account_id=deployer.str("accountId", pattern=NAME_RE, what="a service account id"),
             github_repository=deployer.str("githubRepository", pattern=re.compile(r"^[\w.-]+/[\w.-]+$"),
                                            what="owner/name"),
+            databases=deployer.strings("databases", default=[], pattern=NAME_RE),
         ),
         promote=PromoteSettings() if promote is None else _promote(promote),
     )

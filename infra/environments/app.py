@@ -93,9 +93,14 @@ def secrets(s: StackSettings, runtime: Runtime) -> Secrets:
     return Secrets({name: secret_set.ids[secret_id] for name, secret_id in ids.items()}, secret_set)
 
 
-def bucket(s: StackSettings, runtime: Runtime) -> Bucket:
+def bucket(s: StackSettings, runtime: Runtime, readers: tuple[str, ...] = ()) -> Bucket:
+    """The environment's bucket: its runtime reads and writes objects; `readers` (emails)
+    may only list and read them."""
     b = s.bucket
     assert b is not None
+    iam: dict[str, tuple] = {"roles/storage.objectAdmin": (runtime.member,)}
+    if readers:
+        iam["roles/storage.objectViewer"] = tuple(f"serviceAccount:{email}" for email in readers)
     return Bucket(
         b.name,
         BucketArgs(
@@ -104,7 +109,7 @@ def bucket(s: StackSettings, runtime: Runtime) -> Bucket:
             location=b.location,
             versioning=b.versioning,
             labels=standard_labels(s.environment, b.name),
-            iam={"roles/storage.objectAdmin": (runtime.member,)},
+            iam=iam,
         ),
     )
 

@@ -49,6 +49,9 @@ def deployer(s: StackSettings) -> DeployerIdentity:
     assert s.deployer is not None and s.database is not None and s.runtime_identity is not None
     only_prod_db = app.instance_condition(s.project, (s.database.name,))
     title = f"only {s.database.name}"
+    databases = s.deployer.databases or (s.database.name,)
+    readable = app.instance_condition(s.project, databases)
+    readable_title = "only " + ", ".join(databases)
     runtime_email = s.identity_email(s.runtime_identity.account_id)
     return DeployerIdentity(
         s.deployer.account_id,
@@ -59,11 +62,12 @@ def deployer(s: StackSettings) -> DeployerIdentity:
             grants=(
                 ProjectGrant("roles/run.developer"),
                 ProjectGrant("roles/monitoring.viewer"),
-                # On-demand backups need cloudsql.backupRuns.create (editor); the lease check
-                # connects as an IAM user whose database role only reads pg_locks.
+                # On-demand backups need cloudsql.backupRuns.create (editor), on production
+                # only; the lease check (production) and the mirror drift check (staging)
+                # connect as an IAM user whose database role only reads.
                 ProjectGrant("roles/cloudsql.editor", title, only_prod_db),
-                ProjectGrant("roles/cloudsql.client", title, only_prod_db),
-                ProjectGrant("roles/cloudsql.instanceUser", title, only_prod_db),
+                ProjectGrant("roles/cloudsql.client", readable_title, readable),
+                ProjectGrant("roles/cloudsql.instanceUser", readable_title, readable),
             ),
             act_as=(f"projects/{s.project}/serviceAccounts/{runtime_email}",),
         ),

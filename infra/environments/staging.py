@@ -12,8 +12,10 @@ from infra.settings import StackSettings
 def build(s: StackSettings) -> None:
     runtime = app.runtime_identity(s)
     provider_secrets = app.secrets(s, runtime)
-    app.bucket(s, runtime)
-    db = app.database(s, (runtime.email,))
+    # The CI deployer reads the mirror for the promote pipeline's drift check (gate 2).
+    readers = tuple(s.identity_email(reader) for reader in s.mirror.readers) if s.mirror else ()
+    app.bucket(s, runtime, readers)
+    db = app.database(s, (runtime.email, *readers))
     mirror_env = s.mirror.env() if s.mirror else {}
     services = app.services(s, runtime, db, provider_secrets, extra_env=mirror_env)
     pulumi.export("services", {name: svc.uri for name, svc in services.items()})

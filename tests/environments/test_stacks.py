@@ -269,3 +269,19 @@ def test_every_labelled_resource_carries_environment_service_and_managed_by(grap
             assert labels and {"environment", "service", "managed-by"} <= set(labels), r["urn"]
             assert labels["environment"] == stack and labels["managed-by"] == "pulumi"
     assert checked > 0
+
+
+def test_the_deployer_reads_staging_s_mirror_and_nothing_more(graphs):
+    deployer = f"serviceAccount:brew-deployer@{PROJECT}.iam.gserviceaccount.com"
+    staging = graphs["staging"]
+    grants = {(r["inputs"]["role"], r["inputs"]["member"]) for r in staging["resources"]
+              if r["type"] == "gcp:storage/bucketIAMMember:BucketIAMMember"}
+    assert ("roles/storage.objectViewer", deployer) in grants
+    assert not [g for g in grants if g[1] == deployer and g[0] != "roles/storage.objectViewer"]
+    users = {u["inputs"]["name"] for u in staging["resources"] if u["type"] == "gcp:sql/user:User"}
+    assert f"brew-deployer@{PROJECT}.iam" in users
+    prod_grants = {r["inputs"]["role"]: r["inputs"].get("condition", {}).get("expression", "")
+                   for r in graphs["prod"]["resources"] if r["type"] == "gcp:projects/iAMMember:IAMMember"
+                   and r["inputs"]["member"] == deployer}
+    assert "instances/brew-staging" in prod_grants["roles/cloudsql.client"]
+    assert "instances/brew-staging" not in prod_grants["roles/cloudsql.editor"]  # backups: production only
