@@ -20,20 +20,6 @@ CONFIG_IMAGE = "europe-docker.pkg.dev/p/brew/app:v1"
 LIVE_IMAGE = "europe-docker.pkg.dev/p/brew/app@sha256:" + "c" * 64
 
 
-@pytest.fixture
-def ignore_changes(monkeypatch) -> dict[str, list[str]]:
-    """Resource name -> the ignoreChanges the engine received for it."""
-    seen: dict[str, list[str]] = {}
-    original = engine.RecordingMonitor.RegisterResource
-
-    def register(self, request):
-        seen[request.name] = list(request.ignoreChanges)
-        return original(self, request)
-
-    monkeypatch.setattr(engine.RecordingMonitor, "RegisterResource", register)
-    return seen
-
-
 def make_args(**overrides: Any) -> CloudRunJobArgs:
     base = CloudRunJobArgs(
         job_name="brew-migrate",
