@@ -87,3 +87,15 @@ def supervisor(pg: LocalPostgres):
     finally:
         sup.close()
         wait_lease_free(pg)
+
+
+def wait_until(predicate, timeout: float = 5.0, step: float = 0.02):
+    """Poll `predicate` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(step)

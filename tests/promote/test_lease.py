@@ -19,6 +19,7 @@ from infra.promote.lease import (
     WorkerLease,
     advisory_ids,
 )
+from tests.pg import wait_until
 
 
 def _close(*conns) -> None:
@@ -27,17 +28,6 @@ def _close(*conns) -> None:
             conn.close()
         except Exception:  # a terminated session cannot say goodbye
             pass
-
-
-def _wait(predicate, timeout: float = 5.0, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(step)
 
 
 @pytest.fixture
@@ -105,7 +95,7 @@ def test_reads_holder_and_waiters_as_deployer(pg, deployer_lease):
             target=lambda: waiter.run("SELECT pg_advisory_lock(:k)", k=LEASE_KEY), daemon=True
         )
         t.start()
-        state = _wait(lambda: (s := deployer_lease.read()).waiters and s)
+        state = wait_until(lambda: (s := deployer_lease.read()).waiters and s)
         assert state.holder is not None
         assert state.holder.pid == holder_pid
         assert state.revision == "worker-00001-abc"
@@ -192,7 +182,7 @@ def test_terminate_only_ends_lease_sessions(pg, deployer_lease):
         assert bystander.run("SELECT 1") == [[1]]
         pid = deployer_lease.read().holder.pid
         assert deployer_lease.terminate(pid) is True
-        _wait(lambda: deployer_lease.read().holder is None)
+        wait_until(lambda: deployer_lease.read().holder is None)
         # pg8000 reports the dropped session as the server's FATAL, a network error or a reset
         with pytest.raises((pg8000.native.DatabaseError, pg8000.native.InterfaceError, OSError)):
             holder.run("SELECT 1")
@@ -308,7 +298,7 @@ def test_hand_over_from_a_to_b_is_observed_within_a_second(supervisor, deployer_
     supervisor.start("worker-a")
     before = deployer_lease.wait_for_holder("worker-a", timeout=5)
     supervisor.start("worker-b")
-    _wait(lambda: [w.revision for w in deployer_lease.read().waiters] == ["worker-b"])
+    wait_until(lambda: [w.revision for w in deployer_lease.read().waiters] == ["worker-b"])
     assert deployer_lease.read().revision == "worker-a"  # gate 3: exactly one holder
 
     assert supervisor.stop("worker-a", timeout=0) is None  # SIGTERM sent, not waited for
@@ -348,7 +338,7 @@ def test_old_holder_stuck_is_ended_and_the_lease_passes(supervisor, deployer_lea
     supervisor.start("worker-a", ignore_sigterm=True)
     old = deployer_lease.wait_for_holder("worker-a", timeout=5).new_holder
     supervisor.start("worker-b")
-    _wait(lambda: deployer_lease.read().waiters)
+    wait_until(lambda: deployer_lease.read().waiters)
     supervisor.stop("worker-a", timeout=0)
     with pytest.raises(LeaseTimeout) as exc:
         deployer_lease.wait_for_holder("worker-b", timeout=0.6)

@@ -10,6 +10,7 @@ import pytest
 
 from infra.promote.lease import LeaseTimeout, WorkerLease
 from infra.sandbox.workers import EXIT_CONNECTION_LOST
+from tests.pg import wait_until
 
 
 @pytest.fixture
@@ -17,17 +18,6 @@ def lease(pg):
     reader = WorkerLease(lambda: pg.connect_dbapi("brew_deployer", application_name="test"))
     yield reader
     reader.close()
-
-
-def _wait(predicate, timeout: float = 5.0, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(step)
 
 
 def test_worker_takes_and_holds_the_lease(supervisor, lease, pg):
@@ -66,9 +56,9 @@ def test_sigterm_while_waiting_leaves_no_waiter(supervisor, lease):
     supervisor.start("a")
     lease.wait_for_holder("a", timeout=5)
     supervisor.start("b")
-    _wait(lambda: lease.read().waiters)
+    wait_until(lambda: lease.read().waiters)
     assert supervisor.stop("b") == 0
-    _wait(lambda: lease.read().waiters == (), timeout=2)  # the server abandons the wait
+    wait_until(lambda: lease.read().waiters == (), timeout=2)  # the server abandons the wait
     assert lease.read().revision == "a"
 
 
@@ -76,7 +66,7 @@ def test_ignore_sigterm_then_terminate(supervisor, lease):
     supervisor.start("old", ignore_sigterm=True)
     old = lease.wait_for_holder("old", timeout=5).new_holder
     supervisor.start("new")
-    _wait(lambda: lease.read().waiters)
+    wait_until(lambda: lease.read().waiters)
     assert supervisor.stop("old", timeout=0.5) is None  # stuck: still running, still holder
     assert "old" in supervisor.running()
     assert lease.read().revision == "old"
@@ -145,7 +135,7 @@ def test_killed_worker_frees_the_lease_and_close_stops_all(supervisor, lease):
     lease.wait_for_holder("a", timeout=5)
     supervisor.start("b")
     supervisor.start("c", never_take_lease=True)
-    _wait(lambda: lease.read().waiters)
+    wait_until(lambda: lease.read().waiters)
     assert supervisor.kill("a") == -9
     lease.wait_for_holder("b", timeout=2)
     pids = list(supervisor.running().values())
