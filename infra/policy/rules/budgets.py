@@ -1,0 +1,3 @@
+"""budgets rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""cloudrun rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""cloudsql rules."""
+
+from __future__ import annotations

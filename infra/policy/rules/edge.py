@@ -1,0 +1,3 @@
+"""edge rules."""
+
+from __future__ import annotations

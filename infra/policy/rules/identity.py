@@ -1,0 +1,3 @@
+"""identity rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""platform rules."""
+
+from __future__ import annotations

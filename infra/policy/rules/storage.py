@@ -1,0 +1,3 @@
+"""storage rules."""
+
+from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Reviewer views over synthesized graphs: the diff report and the architecture diagram."""
