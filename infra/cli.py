@@ -7,6 +7,7 @@ error a user can cause ends in one line on stderr and a documented exit code
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -460,6 +461,194 @@ def _arm_crash(sandbox_dir: Path) -> None:
     if marker.exists():
         os.environ[CRASH_AFTER_ENV] = marker.read_text().strip()
         marker.unlink()
+
+
+# --- review: check ---
+class CheckFormat(str, Enum):
+    table = "table"
+    json = "json"
+    sarif = "sarif"
+
+
+@app.command()
+def check(
+    stacks: Annotated[list[str] | None, typer.Argument(help="Stacks to check, e.g. prod edge.")] = None,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Check every stack in stacks/.")] = False,
+    graph_files: Annotated[list[Path] | None, typer.Option(
+        "--graph", help="Check a synthesized graph file instead (repeatable), e.g. out/prod.json.")] = None,
+    fmt: Annotated[CheckFormat, typer.Option(
+        "--format", help="table for people; json; sarif (2.1.0) for code-scanning annotations.")] = CheckFormat.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+) -> None:
+    """Check stacks against the guardrail rules (BREW-Snnn security, BREW-Innn platform
+    invariants, BREW-Bnnn connection budgets), offline, without credentials.
+
+    Each finding names the rule, the resource, the property and the fix. Errors fail
+    the check; warnings are reported only. The same rules run on real previews as a
+    Pulumi policy pack: pulumi preview -s prod --policy-pack infra/policy/pack.
+
+    Examples:
+      brew-infra check --all
+      brew-infra check prod --format json
+      brew-infra check --all --format sarif -o out/check.sarif
+      brew-infra check --graph out/prod.json
+
+    Exit codes: 0 no error finding (warnings allowed), 1 at least one error finding,
+    2 bad input (unknown stack, invalid stack or graph file), 3 the program failed.
+    """
+    from infra.policy.engine import GraphFileError, evaluate, load_graph
+    from infra.policy.output import summary, to_json, to_sarif
+    from infra.policy.rules import ALL_RULES
+    from infra.synth.stacks import find_root, stacks_dir, synthesize
+
+    root = find_root()
+    if graph_files and (stacks or all_stacks):
+        fail(ExitCode.BAD_INPUT, "give stacks (or --all) or --graph files, not both")
+    graphs, sources = [], {}
+    if graph_files:
+        for path in graph_files:
+            try:
+                graph = load_graph(path)
+            except GraphFileError as error:
+                fail(ExitCode.BAD_INPUT, str(error))
+            graphs.append(graph)
+            sources[graph["stack"]] = path
+    else:
+        for name in _stacks(stacks, all_stacks):
+            graphs.append(guarded(lambda name=name: synthesize(name).to_dict()))
+            sources[name] = stacks_dir(root) / f"Pulumi.{name}.yaml"
+    findings = [f for graph in graphs for f in evaluate(graph)]
+    names = [graph["stack"] for graph in graphs]
+    counts = summary(findings)
+    if fmt is CheckFormat.table:
+        text = _findings_table(findings, names, len(ALL_RULES), counts)
+    else:
+        data = to_json(findings, names, ALL_RULES) if fmt is CheckFormat.json else to_sarif(
+            findings, ALL_RULES, sources, root)
+        text = json.dumps(data, indent=2) + "\n"
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+        err.print(f"wrote {output}: {counts['errors']} error(s), {counts['warnings']} warning(s)")
+    elif fmt is CheckFormat.table:
+        out.print(text, end="", soft_wrap=True, markup=False)
+    else:
+        sys.stdout.write(text)
+    if counts["errors"]:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+def _findings_table(findings, stacks: list[str], rules: int, counts: dict[str, int]) -> str:
+    console = Console(record=True, highlight=False, width=out.width, file=io.StringIO())
+    if findings:
+        table = Table(show_lines=False)
+        for column in ("rule", "severity", "stack", "resource", "property", "finding"):
+            table.add_column(column, no_wrap=column in ("rule", "severity", "stack"))
+        for f in findings:
+            table.add_row(f.rule, f.severity.value, f.stack, f.resource, f.property, f.message)
+        console.print(table)
+        fixes = {f.rule: f.remediation for f in findings}
+        console.print("How to fix:")
+        for rule, remediation in fixes.items():
+            console.print(f"  {rule}: {remediation}", markup=False)
+    verdict = "FAILED" if counts["errors"] else "passed"
+    console.print(f"{verdict}: {counts['errors']} error(s), {counts['warnings']} warning(s) from {rules} rules "
+                  f"over {', '.join(stacks)}", markup=False)
+    return console.export_text()
+
+
+@app.command()
+def rules(
+    fmt: Annotated[Format, typer.Option("--format", help="text: a table; json: every rule in full.")] = Format.text,
+) -> None:
+    """List the guardrail rules `check` and the policy pack enforce: ID, severity, title,
+    what the scanners (Checkov, KICS, Trivy) call the same check."""
+    from infra.policy.output import rule_dict
+    from infra.policy.rules import ALL_RULES
+
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps([rule_dict(rule) for rule in ALL_RULES], indent=2) + "\n")
+        return
+    table = Table(show_lines=False)
+    for column in ("rule", "severity", "title", "references"):
+        table.add_column(column, no_wrap=column in ("rule", "severity"))
+    for rule in ALL_RULES:
+        table.add_row(rule.id, rule.severity.value, rule.title, ", ".join(rule.references) or "-")
+    out.print(table)
+    out.print(f"{len(ALL_RULES)} rules")
+
+
+# --- review: diff, report ---
+
+
+# --- review: diagram ---
+@app.command()
+def diagram(
+    stacks: Annotated[list[str] | None, typer.Argument(help="Stacks to draw, e.g. prod edge.")] = None,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Draw every stack in stacks/ together.")] = False,
+    graph_files: Annotated[list[Path] | None, typer.Option(
+        "--graph", help="Draw a synthesized graph file too (repeatable), e.g. out/prod.json.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the .dot and .svg files go.")] = Path("out"),
+) -> None:
+    """Draw the architecture as Graphviz DOT and SVG, a cluster per stack.
+
+    Shows the hosts, the global address, the URL map, backends with their
+    Cloud Armor policy, Cloud Run services (role, min..max instances) and
+    jobs, Cloud SQL instances (tier, HA or zonal, version), buckets, and
+    service accounts (what runs as them, what they are granted).
+
+    Stacks drawn together link across clusters by name: the edge backends
+    to the services they serve, a job to the identity it runs as. A name no
+    drawn stack declares is drawn as a dashed stand-in. Stacks are
+    synthesized offline; --graph files are drawn as they are.
+
+    Files: OUT/diagram.dot and OUT/diagram.svg for --all; otherwise named by
+    the drawn stacks, sorted and joined by '+' (prod.svg, edge+prod.svg).
+    The SVG is rendered by Graphviz's dot (apt-get install graphviz): open
+    it in a browser.
+
+    Examples:
+      brew-infra diagram --all
+      brew-infra diagram prod
+      brew-infra diagram --graph out/edge.json --graph out/prod.json
+
+    Exit codes: 0 written, 2 bad input (unknown stack, bad graph file, a
+    stack given twice), 3 the Pulumi program failed, 4 Graphviz's dot is
+    missing or failed (the DOT file is written anyway).
+    """
+    from infra.policy.engine import GraphFileError, load_graph
+    from infra.report.diagram import DiagramError, build, file_stem, render_svg, write_dot
+    from infra.synth.stacks import read_stack, settings_of, synthesize
+
+    if not (stacks or all_stacks or graph_files):
+        _stacks(stacks, all_stacks)  # fails with the stacks to choose from
+    graphs = []
+    for path in graph_files or []:
+        try:
+            graphs.append(load_graph(path))
+        except GraphFileError as error:
+            fail(ExitCode.BAD_INPUT, str(error))
+    names = _stacks(stacks, all_stacks) if stacks or all_stacks else []
+    drawn = [str(graph["stack"]) for graph in graphs] + names
+    twice = sorted({name for name in drawn if drawn.count(name) > 1})
+    if twice:
+        fail(ExitCode.BAD_INPUT, f"stack {twice[0]} is given twice (a stack name and a --graph file, or two files)")
+    # Validate every stack before synthesizing any, so bad input fails fast.
+    guarded(lambda: [settings_of(read_stack(name)) for name in names])
+    graphs += [guarded(lambda name=name: synthesize(name).to_dict()) for name in names]
+    picture = build(graphs)
+    stem = file_stem(drawn, all_stacks)
+    try:
+        dot_path = write_dot(picture, out_dir / f"{stem}.dot")
+    except OSError as error:
+        fail(ExitCode.BAD_INPUT, f"cannot write {out_dir / stem}.dot: {error.strerror or error}")
+    try:
+        svg_path = render_svg(dot_path, out_dir / f"{stem}.svg")
+    except DiagramError as error:
+        fail(ExitCode.TOOL_ERROR, str(error))
+    stacks_drawn = f"{len(picture.stacks)} stack" + ("s" if len(picture.stacks) != 1 else "")
+    out.print(f"wrote {dot_path} and {svg_path}: {stacks_drawn}, {len(picture.nodes)} nodes, "
+              f"{len(picture.edges)} edges", markup=False)
 
 
 def main() -> None:
