@@ -1,5 +1,6 @@
-"""PostgresInstance: private IP only, IAM login always on, backups and deletion protection
-reach both Pulumi and the API, and bad args fail before anything is registered."""
+"""PostgresInstance: private IP only, IAM login always on, connection logging on unless a
+stack overrides it, backups and deletion protection reach both Pulumi and the API, and bad
+args fail before anything is registered."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import re
 import pulumi
 import pytest
 
-from infra.components.postgres import Availability, PostgresInstance, PostgresInstanceArgs
+from infra.components.postgres import (
+    IAM_AUTH_FLAG,
+    LOGGING_FLAGS,
+    Availability,
+    PostgresInstance,
+    PostgresInstanceArgs,
+)
 from infra.synth.engine import run_program
 
 INSTANCE = "gcp:sql/databaseInstance:DatabaseInstance"
@@ -110,19 +117,34 @@ def test_backups_can_be_turned_off_without_pitr():
     assert backup["inputs"]["settings"]["backupConfiguration"]["pointInTimeRecoveryEnabled"] is False
 
 
-def test_iam_flag_is_merged_and_flags_sorted():
+def flags_of(graph) -> dict[str, str]:
+    return {f["name"]: f["value"] for f in graph.one(INSTANCE, "db-instance")["inputs"]["settings"]["databaseFlags"]}
+
+
+def test_iam_and_logging_flags_are_merged_and_flags_sorted():
     graph = synth(base_args(flags={"max_connections": "200", "log_min_duration_statement": "500"}))
     flags = graph.one(INSTANCE, "db-instance")["inputs"]["settings"]["databaseFlags"]
     assert flags == [
         {"name": "cloudsql.iam_authentication", "value": "on"},
+        {"name": "log_checkpoints", "value": "on"},
+        {"name": "log_connections", "value": "on"},
+        {"name": "log_disconnections", "value": "on"},
+        {"name": "log_lock_waits", "value": "on"},
         {"name": "log_min_duration_statement", "value": "500"},
+        {"name": "log_temp_files", "value": "0"},
         {"name": "max_connections", "value": "200"},
     ]
 
 
-def test_iam_flag_present_with_no_caller_flags():
-    flags = synth(base_args()).one(INSTANCE, "db-instance")["inputs"]["settings"]["databaseFlags"]
-    assert flags == [{"name": "cloudsql.iam_authentication", "value": "on"}]
+def test_iam_and_logging_flags_present_with_no_caller_flags():
+    assert flags_of(synth(base_args())) == {IAM_AUTH_FLAG: "on", **LOGGING_FLAGS}
+
+
+def test_caller_flags_override_the_logging_defaults():
+    # Only temp files above 10 MB, say, on a busy instance; the rest of the defaults stay.
+    flags = flags_of(synth(base_args(flags={"log_temp_files": "10240"})))
+    assert flags["log_temp_files"] == "10240"
+    assert flags["log_connections"] == "on"
 
 
 def test_databases_and_iam_users_are_children_of_the_component():
@@ -201,8 +223,7 @@ def test_invalid_args_raise(overrides, message):
 
 
 def test_caller_may_repeat_the_iam_flag_as_on():
-    flags = synth(base_args(flags={"cloudsql.iam_authentication": "on"})).one(INSTANCE, "db-instance")
-    assert flags["inputs"]["settings"]["databaseFlags"] == [{"name": "cloudsql.iam_authentication", "value": "on"}]
+    assert flags_of(synth(base_args(flags={IAM_AUTH_FLAG: "on"}))) == {IAM_AUTH_FLAG: "on", **LOGGING_FLAGS}
 
 
 def test_longer_log_retention_allowed_on_enterprise_plus():
