@@ -38,10 +38,19 @@ RATE_BAN_PRIORITY = 2000
 DEFAULT_RULE_PRIORITY = 2147483647
 MAX_WAF_RULES = (CVE_CANARY_PRIORITY - WAF_FIRST_PRIORITY) // WAF_PRIORITY_STEP
 
+ENVIRONMENT_RE = re.compile(r"^[a-z][-a-z0-9]{0,62}$")
 HOST_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 WAF_RULE_RE = re.compile(r"^[a-z0-9]+-v\d+-(stable|canary)$")
 
 ALL_IPS = {"versioned_expr": "SRC_IPS_V1", "config": {"src_ip_ranges": ["*"]}}
+
+
+def backend_description(h: EdgeHost) -> str:
+    """What the console shows for a host's backend. Backend services carry no labels, so
+    `environment=<name>` here is how the policy rules tell the production backend (the
+    one Cloud Armor must guard) from staging's and the demo's."""
+    described = f"{h.host} -> Cloud Run {h.service_name}"
+    return f"{described}; environment={h.environment}" if h.environment else described
 
 
 def _slug(host: str) -> str:
@@ -58,6 +67,7 @@ class EdgeHost:
     region: str
     armored: bool = False
     certificate_name: str | None = None  # default: the host with dots as dashes, e.g. feed-joinsquareup-com
+    environment: str | None = None  # prod, staging, demo: whose service this is
 
     def __post_init__(self) -> None:
         if self.certificate_name is None:
@@ -118,6 +128,8 @@ def _validate(args: EdgeArgs) -> None:
             raise ValueError(f"EdgeArgs.hosts: service {h.service_name!r} is behind more than one host")
         seen_hosts.add(h.host)
         seen_services.add(h.service_name)
+        if h.environment is not None and not ENVIRONMENT_RE.match(h.environment):
+            raise ValueError(f"EdgeHost.environment: expected a lowercase name like prod, got {h.environment!r}")
         if h.armored and args.armor is None:
             raise ValueError(f"EdgeHost.armored: host {h.host!r} is armored but EdgeArgs.armor is None")
     if args.min_tls_version not in TLS_VERSIONS:
@@ -263,6 +275,7 @@ class Edge(pulumi.ComponentResource):
             backends[h.host] = compute.BackendService(
                 f"{name}-{slug}-backend",
                 name=f"{h.service_name}-backend",
+                description=backend_description(h),
                 project=args.project,
                 load_balancing_scheme=scheme,
                 protocol="HTTPS",

@@ -157,6 +157,7 @@ def services(
     db: PostgresInstance | None,
     provider_secrets: Secrets,
     extra_env: dict[str, str] | None = None,
+    extra_labels: dict[str, str] | None = None,
 ) -> dict[str, CloudRunService]:
     assert s.runtime_identity is not None and s.network is not None and s.image is not None
     login = s.identity_email(s.runtime_identity.account_id)
@@ -186,7 +187,7 @@ def services(
                 secret_env=provider_secrets.env,
                 network=s.network.name,
                 subnetwork=s.network.subnet,
-                labels=standard_labels(s.environment, svc.name, {"role": _role_label(svc)}),
+                labels=standard_labels(s.environment, svc.name, {**(extra_labels or {}), "role": _role_label(svc)}),
                 deletion_protection=s.environment == "prod",
                 # Public through the load balancer only: Cloud Run IAM still applies behind
                 # it, so the public web turns invoker IAM off rather than granting allUsers.

@@ -34,7 +34,8 @@ def build(s: StackSettings) -> None:
             project=s.project,
             address_name=e.address,
             url_map_name=e.url_map,
-            hosts=tuple(EdgeHost(h.host, h.service, s.region, h.armored) for h in e.hosts),
+            hosts=tuple(EdgeHost(h.host, h.service, s.region, h.armored, environment=h.environment)
+                        for h in e.hosts),
             armor=ArmorPolicy(policy_name=e.armor_policy, rate_limit_count=e.rate_limit_per_minute,
                               rate_limit_interval_seconds=60),
             ssl_policy_name=e.ssl_policy,

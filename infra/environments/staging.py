@@ -17,7 +17,8 @@ def build(s: StackSettings) -> None:
     app.bucket(s, runtime, readers)
     db = app.database(s, (runtime.email, *readers))
     mirror_env = s.mirror.env() if s.mirror else {}
-    services = app.services(s, runtime, db, provider_secrets, extra_env=mirror_env)
+    mirror_labels = s.mirror.labels() if s.mirror else {}
+    services = app.services(s, runtime, db, provider_secrets, extra_env=mirror_env, extra_labels=mirror_labels)
     pulumi.export("services", {name: svc.uri for name, svc in services.items()})
     if s.mirror:
         pulumi.export("mirrorSunset", s.mirror.sunset.isoformat())

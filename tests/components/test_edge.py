@@ -16,8 +16,8 @@ RULE = "gcp:compute/globalForwardingRule:GlobalForwardingRule"
 ARMOR = "gcp:compute/securityPolicy:SecurityPolicy"
 
 HOSTS = (
-    EdgeHost("feed.example.com", "brew-web", "asia-south1", armored=True),
-    EdgeHost("brew.example.com", "shopos-feed", "asia-south1"),
+    EdgeHost("feed.example.com", "brew-web", "asia-south1", armored=True, environment="prod"),
+    EdgeHost("brew.example.com", "shopos-feed", "asia-south1", environment="staging"),
     EdgeHost("demo.example.com", "brew-demo", "europe-west1", certificate_name="demo-cert"),
 )
 
@@ -82,6 +82,16 @@ def test_backends_are_serverless_negs_in_the_service_region_with_logging(graph):
         assert backend["inputs"]["loadBalancingScheme"] == "EXTERNAL_MANAGED"
         assert backend["inputs"]["logConfig"]["enable"] is True
         assert len(backend["inputs"]["backends"]) == 1
+
+
+def test_backend_description_names_host_service_and_environment(graph):
+    descriptions = {b["inputs"]["name"]: b["inputs"]["description"] for b in graph.by_type(BACKEND)}
+    assert descriptions == {
+        "brew-web-backend": "feed.example.com -> Cloud Run brew-web; environment=prod",
+        "shopos-feed-backend": "brew.example.com -> Cloud Run shopos-feed; environment=staging",
+        # No environment given: nothing for the policy rules to read.
+        "brew-demo-backend": "demo.example.com -> Cloud Run brew-demo",
+    }
 
 
 def test_armor_policy_baseline(graph):
@@ -184,6 +194,7 @@ def test_certificate_name_defaults_to_the_host():
         ({"hosts": ()}, "EdgeArgs.hosts"),
         ({"hosts": (HOSTS[0], dataclasses.replace(HOSTS[1], host="feed.example.com"))}, "duplicate host 'feed.example.com'"),
         ({"armor": None}, "EdgeHost.armored"),
+        ({"hosts": (dataclasses.replace(HOSTS[0], environment="Prod"),)}, "EdgeHost.environment"),
         ({"min_tls_version": "TLS_9"}, "EdgeArgs.min_tls_version"),
         ({"min_tls_version": "TLS_1_1"}, "requires TLS_1_2"),
         ({"ssl_profile": "COMPATIBLE"}, "EdgeArgs.ssl_profile"),

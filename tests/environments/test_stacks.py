@@ -133,6 +133,8 @@ def test_staging_database_and_bucket(graphs):
     assert db["settings"]["ipConfiguration"]["ipv4Enabled"] is False
     one(graphs["staging"], "gcp:storage/bucket:Bucket", "brew-prototype")
     assert graphs["staging"]["outputs"]["mirrorSunset"] == "2026-11-25"
+    # On the service too, where a check of the declared resources alone can read it.
+    assert service(graphs["staging"], "shopos-feed")["inputs"]["labels"]["mirror-sunset"] == "2026-11-25"
 
 
 # --- 3.3 demo -------------------------------------------------------------------------
@@ -175,6 +177,8 @@ def test_armor_on_the_production_backend_only(graphs):
     armored = [b for b in backends if b.get("securityPolicy")]
     assert len(armored) == 1
     assert "feed" in armored[0]["name"] or "brew-web" in armored[0]["name"]
+    assert armored[0]["description"].endswith("environment=prod")
+    assert sorted(b["description"].rsplit("=", 1)[1] for b in backends) == ["demo", "prod", "staging"]
     policy = one(graphs["edge"], "gcp:compute/securityPolicy:SecurityPolicy", "brew-prod-armor")
     assert policy
 
