@@ -21,6 +21,7 @@ from typing import Any
 
 NAMESPACE = "brew"
 ENVIRONMENTS = ("prod", "staging", "demo", "edge")
+APP_ENVIRONMENTS = ("prod", "staging", "demo")  # the ones that run services behind the edge
 ROLES = ("web", "worker", "web,worker")
 # gcloud's --ingress values, which platform engineers already know, mapped to the API's.
 INGRESS = {
@@ -142,6 +143,11 @@ class MirrorFlags:
             "OBJECTS_READTHROUGH": "1" if self.objects_readthrough else "0",
         }
 
+    def labels(self) -> dict[str, str]:
+        """The sunset on the service itself, so a check of the declared resources alone
+        (the policy rules, a reviewer) can tell when the flags are overdue."""
+        return {"mirror-sunset": self.sunset.isoformat()}
+
 
 @dataclass(frozen=True)
 class AlertSettings:
@@ -167,6 +173,7 @@ class EdgeHostSettings:
     host: str
     service: str
     armored: bool
+    environment: str  # whose service serves the host: prod, staging or demo
 
 
 @dataclass(frozen=True)
@@ -375,10 +382,12 @@ def _service(r: _Reader) -> ServiceSettings:
         r.fail("maxInstances", f"expected at least minInstances ({min_instances}), got {max_instances}")
     if "worker" in role.split(",") and (min_instances, max_instances) != (1, 1):
         # The lease keeps paid work single, but a second worker instance only waits and
-        # burns money; the platform runs exactly one.
+        # burns money; the platform runs exactly one. Refused here, before anything is
+        # declared, so `pulumi up` without the policy pack cannot ship it either; the rule
+        # (BREW-I001) judges graphs from anywhere.
         r.fail("maxInstances" if max_instances != 1 else "minInstances",
                f"a service with the worker role runs exactly one instance (min 1, max 1), "
-               f"got min {min_instances}, max {max_instances}")
+               f"got min {min_instances}, max {max_instances} (rule BREW-I001)")
     ingress = r.choice("ingress", tuple(INGRESS), default="internal")
     service = ServiceSettings(
         name=r.str("name", pattern=NAME_RE, what="a Cloud Run service name (lowercase, digits, dashes)"),
@@ -398,6 +407,11 @@ def _service(r: _Reader) -> ServiceSettings:
     )
     if service.runs_worker and not service.cpu_always_allocated:
         r.fail("cpuAlwaysAllocated", "a service with the worker role needs CPU always allocated (background work)")
+    if service.public and ingress != "internal-and-cloud-load-balancing":
+        # A public service has invoker IAM off; with any other ingress that is either a
+        # run.app URL anyone can call or a load balancer that cannot reach it.
+        r.fail("ingress", f"a public service is reached through the load balancer only: "
+                          f"internal-and-cloud-load-balancing, not {ingress} (rule BREW-S033)")
     return service
 
 
@@ -584,8 +598,9 @@ def _edge_stack(root: _Reader, stack: str, stack_file: str, project: str, region
             host=h.str("host", pattern=HOST_RE, what="a host name like feed.example.com"),
             service=h.str("service", pattern=NAME_RE, what="a Cloud Run service name"),
             armored=h.bool("armored", default=False),
+            environment=h.choice("environment", APP_ENVIRONMENTS),
         )
-        for h in edge.objs("hosts", ("host", "service", "armored"))
+        for h in edge.objs("hosts", ("host", "service", "armored", "environment"))
     )
     if not hosts:
         edge.fail("hosts", "expected at least one host")

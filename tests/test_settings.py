@@ -46,6 +46,16 @@ def test_worker_with_two_instances_is_refused():
     message = refused("prod", config)
     assert "brew:services[1].maxInstances" in message
     assert "exactly one instance (min 1, max 1)" in message and "max 2" in message
+    assert "(rule BREW-I001)" in message
+
+
+@pytest.mark.parametrize("ingress", ["all", "internal"])
+def test_public_service_needs_load_balancer_ingress(ingress):
+    config = ours("prod")
+    service(config, "brew-web")["ingress"] = ingress
+    message = refused("prod", config)
+    assert message.startswith("stacks/Pulumi.prod.yaml: brew:services[0].ingress: ")
+    assert f"internal-and-cloud-load-balancing, not {ingress} (rule BREW-S033)" in message
 
 
 def test_max_instances_below_min_is_refused():
@@ -140,6 +150,24 @@ def test_edge_host_must_be_a_host_name():
     config = ours("edge")
     config["edge"]["hosts"][0]["host"] = "https://feed.joinsquareup.com"
     assert "brew:edge.hosts[0].host: expected a host name" in refused("edge", config)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "required setting is missing"),
+                                                  ("production", "expected one of prod | staging | demo")])
+def test_edge_host_names_its_environment(value, expected):
+    config = ours("edge")
+    config["edge"]["hosts"][0]["environment"] = value
+    assert f"brew:edge.hosts[0].environment: {expected}" in refused("edge", config)
+
+
+def test_edge_hosts_say_whose_service_they_serve():
+    hosts = {h.service: h.environment for h in load("edge", ours("edge")).edge.hosts}
+    assert hosts == {"brew-web": "prod", "shopos-feed": "staging", "brew-demo": "demo"}
+
+
+def test_mirror_sunset_becomes_a_label():
+    mirror = load("staging", ours("staging")).mirror
+    assert mirror.labels() == {"mirror-sunset": "2026-11-25"}
 
 
 def test_edge_stack_refuses_app_settings():

@@ -216,6 +216,27 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _LoopTrackingPolicy(asyncio.DefaultEventLoopPolicy):
+    """Remembers every event loop made while a program runs. The mock monitor's calls run
+    in executor threads, and pulumi gives each thread a loop of its own that nobody
+    closes; left to the garbage collector at interpreter exit, closing them can fail with
+    a traceback on stderr. They are closed once the threads are done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: list[asyncio.AbstractEventLoop] = []
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        self.loops.append(loop)
+        return loop
+
+    def close_all(self) -> None:
+        for loop in self.loops:
+            if not loop.is_closed() and not loop.is_running():
+                loop.close()
+
+
 def run_program(
     program: Callable[[], None],
     *,
@@ -231,6 +252,9 @@ def run_program(
     """
     gcp_project = str(config.get("gcp:project", "mock-project"))
     monitor = RecordingMonitor(PlatformMocks(gcp_project, live))
+    previous_policy = asyncio.get_event_loop_policy()
+    policy = _LoopTrackingPolicy()
+    asyncio.set_event_loop_policy(policy)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -242,8 +266,9 @@ def run_program(
         loop.run_until_complete(runtime_stack.run_in_stack(program))
     finally:
         settings.set_root_resource(None)
-        asyncio.set_event_loop(None)
-        loop.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        policy.close_all()
+        asyncio.set_event_loop_policy(previous_policy)
     resources = sorted(
         ({k: v for k, v in r.items() if k != "custom"} for r in monitor.records.values()),
         key=lambda r: r["urn"],

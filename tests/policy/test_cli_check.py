@@ -38,21 +38,41 @@ def test_check_all_passes_on_the_shipped_stacks():
     assert f"from {len(ALL_RULES)} rules over demo, edge, prod, staging" in result.stdout
 
 
-def test_breaking_the_prod_stack_fails_with_the_rules_ids(project):  # noqa: F811
+def test_web_ingress_all_fails_with_the_rules_id(project):  # noqa: F811
+    """brew-web taken off the load balancer and opened to all traffic."""
     def break_it(config):
-        web, worker = config["brew:services"]
-        worker["maxInstances"] = 2
-        web["ingress"] = "all"
+        config["brew:services"][0].update(ingress="all", public=False)
 
     edit_stack(project, "prod", break_it)
     result = run(["check", "prod", "--format", "json"], project)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["stacks"] == ["prod"] and report["errors"] >= 2
-    by_property = {(f["resource"], f["property"]) for f in report["findings"] if f["severity"] == "error"}
-    assert ("brew-worker", "template.scaling.maxInstanceCount") in by_property
-    assert ("brew-web", "ingress") in by_property
-    assert all(f["rule"].startswith("BREW-") and f["remediation"] for f in report["findings"])
+    assert report["stacks"] == ["prod"] and report["errors"] >= 1
+    errors = {(f["rule"], f["resource"], f["property"]) for f in report["findings"] if f["severity"] == "error"}
+    assert ("BREW-S030", "brew-web", "ingress") in errors
+    assert all(f["remediation"] for f in report["findings"])
+
+
+@pytest.mark.parametrize("index, change, key, rule", [
+    (1, {"maxInstances": 2}, "brew:services[1].maxInstances", "BREW-I001"),
+    (0, {"ingress": "all"}, "brew:services[0].ingress", "BREW-S033"),
+])
+def test_settings_refuse_what_pulumi_up_must_not_ship_naming_the_rule(project, index, change, key, rule):  # noqa: F811
+    """Refused before anything is declared (so `pulumi up` cannot ship it without the pack
+    either): exit 2, the key, and the rule that judges the same in graphs."""
+    edit_stack(project, "prod", lambda config: config["brew:services"][index].update(change))
+    result = run(["check", "prod"], project)
+    assert result.returncode == 2
+    assert key in result.stderr and rule in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_worker_graph_with_two_instances_fails_the_rule(graphs, tmp_path):
+    path = write(tmp_path / "prod.json",
+                 changed(graphs["prod"], SERVICE, "brew-worker", "template.scaling.maxInstanceCount", 2))
+    result = run(["check", "--graph", str(path), "--format", "json"], REPO_ROOT)
+    assert result.returncode == 1
+    errors = {(f["rule"], f["resource"]) for f in json.loads(result.stdout)["findings"]}
+    assert ("BREW-I001", "brew-worker") in errors
 
 
 def test_public_bucket_graph_fails_in_the_table(public_bucket):
