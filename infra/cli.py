@@ -25,7 +25,8 @@ app = typer.Typer(
     name="brew-infra",
     help="Declare, check and ship the Brew platform on Google Cloud.\n\n"
     "Stacks live in stacks/Pulumi.<stack>.yaml (prod, staging, demo, edge). Exit codes: "
-    "0 ok, 1 failed check, 2 bad input, 3 the Pulumi program failed.",
+    "0 ok, 1 failed check or dangerous change, 2 bad input, 3 the Pulumi program failed, "
+    "4 a required tool (Graphviz) is missing; promote and mirror status add their gates' codes.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -163,7 +164,7 @@ SANDBOX_DIR = Path(".sandbox")
 
 
 def _faults(inject: list[str] | None) -> list[str]:
-    from infra.sandbox.sandbox import FAULTS
+    from infra.sandbox.faults import FAULTS
 
     unknown = [f for f in inject or [] if f not in FAULTS]
     if unknown:
@@ -273,7 +274,7 @@ def _live_status(endpoints: dict[str, str]) -> dict:
 @sandbox_app.command("faults")
 def sandbox_faults() -> None:
     """The faults `--inject` takes."""
-    from infra.sandbox.sandbox import FAULTS
+    from infra.sandbox.faults import FAULTS
 
     for name, what in FAULTS.items():
         out.print(f"  {name:<22} {what}")
@@ -318,9 +319,6 @@ def promote(
     """
     import uuid
 
-    from infra.promote.clients import Endpoints
-    from infra.promote.database import cloud_sql, plain
-    from infra.promote.runner import mirror_check, promote as run_promotion, target_of
     from infra.synth.stacks import read_stack, settings_of
 
     faults = _faults(inject)
@@ -335,7 +333,11 @@ def promote(
     staging = guarded(lambda: settings_of(read_stack(staging_stack)))
     run_id = run_id or uuid.uuid4().hex[:12]
     rehearsal = sandbox or sandbox_dir is not None
-    from infra.sandbox.sandbox import PROMOTE_OVERRIDES  # short timings only for rehearsals
+    # The client libraries load only once the arguments are known to be good (~3 s).
+    from infra.promote.clients import Endpoints
+    from infra.promote.database import cloud_sql, plain
+    from infra.promote.runner import mirror_check, promote as run_promotion, target_of
+    from infra.sandbox.faults import PROMOTE_OVERRIDES  # short timings only for rehearsals
 
     target = guarded(lambda: target_of(prod, staging, PROMOTE_OVERRIDES if rehearsal else None))
 
@@ -649,6 +651,93 @@ def diagram(
     stacks_drawn = f"{len(picture.stacks)} stack" + ("s" if len(picture.stacks) != 1 else "")
     out.print(f"wrote {dot_path} and {svg_path}: {stacks_drawn}, {len(picture.nodes)} nodes, "
               f"{len(picture.edges)} edges", markup=False)
+
+
+# --- storage: check ---
+storage_app = typer.Typer(help="Object storage as Penpot's backend uses it (S3 API; GCS with an HMAC key).",
+                          no_args_is_help=True)
+app.add_typer(storage_app, name="storage")
+
+
+class Addressing(str, Enum):
+    path = "path"
+    virtual = "virtual"
+
+
+@storage_app.command("check")
+def storage_check(
+    s3_endpoint: Annotated[str, typer.Option(
+        "--s3-endpoint", envvar=["PENPOT_OBJECTS_STORAGE_S3_ENDPOINT", "PENPOT_STORAGE_ASSETS_S3_ENDPOINT"],
+        help="The S3 API's URL, e.g. https://storage.googleapis.com for GCS.")],
+    bucket: Annotated[str, typer.Option(
+        "--bucket", envvar=["PENPOT_OBJECTS_STORAGE_S3_BUCKET", "PENPOT_STORAGE_ASSETS_S3_BUCKET"],
+        help="The bucket Penpot stores its objects in.")],
+    region: Annotated[str, typer.Option(
+        "--region", envvar=["PENPOT_OBJECTS_STORAGE_S3_REGION", "PENPOT_STORAGE_ASSETS_S3_REGION"],
+        help="Region in the signature's scope: GCS takes any ('auto'); on AWS, the bucket's.")] = "auto",
+    prefix: Annotated[str, typer.Option(
+        "--prefix", help="Folder the test object is written under (a trailing / is added).")] = "brew-infra-smoke/",
+    addressing: Annotated[Addressing, typer.Option(
+        "--addressing", help="path: URL/bucket/key (GCS, MinIO, moto); virtual: bucket.host/key.")] = Addressing.path,
+    fmt: Annotated[Format, typer.Option("--format", help="text for people, json for machines.")] = Format.text,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Seconds to connect and to wait for each answer, per attempt (2 attempts).")] = 10.0,
+) -> None:
+    """Put, get, list and delete one object through the S3 API, as Penpot's
+    backend does.
+
+    Writes random bytes under a unique key in PREFIX, reads them back
+    (SHA-256 must match), lists them, deletes them (even when a step before
+    failed) and checks they are gone (HEAD answers 404). Each step is timed.
+
+    The key comes from the environment only, where Penpot's backend reads it:
+    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; on GCS, an HMAC key's access
+    ID and secret (gcloud storage hmac create SERVICE_ACCOUNT_EMAIL).
+    Endpoint, bucket and region default to Penpot's own settings when set:
+    PENPOT_OBJECTS_STORAGE_S3_* (Penpot 2.x) or PENPOT_STORAGE_ASSETS_S3_*
+    (older releases).
+
+    Examples:
+      export AWS_ACCESS_KEY_ID=GOOG1E... AWS_SECRET_ACCESS_KEY=...
+      brew-infra storage check --s3-endpoint https://storage.googleapis.com \\
+        --bucket penpot-assets
+      brew-infra storage check --s3-endpoint http://localhost:9000 \\
+        --bucket penpot --format json
+
+    Exit codes: 0 passed, 2 bad input (bad URL or bucket name, key not in
+    the environment), 90 credentials rejected, 91 bucket missing, 92 the
+    endpoint does not answer, 93 round trip failed (bytes differ, object
+    not listed or not deleted).
+    """
+    import os
+
+    from infra.storage_check import Credentials, Problem, StorageInputError, Target, run_check, s3_client
+
+    try:
+        target = Target(s3_endpoint.rstrip("/"), bucket, region, addressing.value, prefix, timeout)
+        credentials = Credentials.from_env(os.environ)
+        client = s3_client(target, credentials)
+    except StorageInputError as error:
+        fail(ExitCode.BAD_INPUT, str(error))
+    result = run_check(client, target, credentials)
+    code = ExitCode.OK if result.problem is None else {
+        Problem.CREDENTIALS_REJECTED: ExitCode.STORAGE_CREDENTIALS_REJECTED,
+        Problem.BUCKET_MISSING: ExitCode.STORAGE_BUCKET_MISSING,
+        Problem.UNREACHABLE: ExitCode.STORAGE_UNREACHABLE,
+        Problem.ROUND_TRIP_FAILED: ExitCode.STORAGE_ROUND_TRIP_FAILED,
+    }[result.problem]
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(result.to_dict() | {"exit_code": int(code)}, indent=2) + "\n")
+    else:
+        out.print(f"storage check: {target.endpoint} bucket {target.bucket} ({target.addressing}-style, "
+                  f"region {target.region}, key {result.access_key})", markup=False)
+        for step in result.steps:
+            ms = f"{step.ms:7.1f} ms" if step.ms is not None else " " * 10
+            out.print(f"  {step.name:<7} {step.status.value:<8}{ms}  {step.detail}".rstrip(), markup=False)
+        if result.ok:
+            out.print(f"passed: put, get, list and delete work ({result.total_ms:.1f} ms)", markup=False)
+    if result.problem is not None:
+        fail(code, result.message)
 
 
 def main() -> None:
