@@ -11,3 +11,10 @@ class ExitCode(IntEnum):
     # An outside program the command runs is missing or failed, the input being fine: for
     # `diagram`, Graphviz's `dot` (apt-get install graphviz); the DOT file is written anyway.
     TOOL_ERROR = 4
+    # `storage check`: what stopped the object round trip. In the 90s so no number means two
+    # things anywhere in the CLI (promote's gates use 10-80, `mirror status` 20-24). A bad
+    # URL or a key missing from the environment is BAD_INPUT, before any call is made.
+    STORAGE_CREDENTIALS_REJECTED = 90  # InvalidAccessKeyId, SignatureDoesNotMatch, AccessDenied
+    STORAGE_BUCKET_MISSING = 91  # NoSuchBucket
+    STORAGE_UNREACHABLE = 92  # no connection, TLS failure, or no answer within --timeout
+    STORAGE_ROUND_TRIP_FAILED = 93  # the store answered, but an object did not come back as put, or stayed
