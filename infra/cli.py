@@ -26,7 +26,8 @@ app = typer.Typer(
     help="Declare, check and ship the Brew platform on Google Cloud.\n\n"
     "Stacks live in stacks/Pulumi.<stack>.yaml (prod, staging, demo, edge). Exit codes: "
     "0 ok, 1 failed check or dangerous change, 2 bad input, 3 the Pulumi program failed, "
-    "4 a required tool (Graphviz) is missing; promote and mirror status add their gates' codes.",
+    "4 a required tool (Graphviz) is missing; promote, mirror status and storage check add their own "
+    "codes (README, Exit codes).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -286,3 +286,23 @@ def test_help_teaches_outputs_examples_and_exit_codes():
     for words in ("brew-infra diagram --all", "diagram.svg", "edge+prod.svg", "apt-get install graphviz",
                   "open", "4 Graphviz's dot is"):
         assert words in result.stdout, words
+
+
+BREW_STACKS = ("demo", "edge", "prod", "staging")
+
+
+def test_the_readme_picture_is_current(graphs):
+    """docs/diagram.svg (shown in the README) is rendered from docs/diagram.dot, which must
+    be what `brew-infra diagram demo edge prod staging` draws today. After an intended
+    change: BREW_UPDATE_SNAPSHOTS=1 uv run pytest tests/report/test_diagram.py."""
+    import os
+
+    from infra.report.diagram import build, render_svg, to_dot
+    from infra.synth.stacks import REPO_ROOT
+
+    dot = to_dot(build([graphs[stack] for stack in BREW_STACKS]))
+    path = REPO_ROOT / "docs" / "diagram.dot"
+    if os.environ.get("BREW_UPDATE_SNAPSHOTS"):
+        path.write_text(dot)
+        render_svg(path, path.with_suffix(".svg"))
+    assert path.read_text() == dot, "docs/diagram.dot is stale: regenerate it (see this test's docstring)"
