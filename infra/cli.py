@@ -582,6 +582,89 @@ def rules(
 
 
 # --- review: diff, report ---
+class ReportFormat(str, Enum):
+    markdown = "markdown"
+    json = "json"
+
+
+def _emit_report(report, fmt: ReportFormat, output: Path | None) -> None:
+    from infra.report.diff import render_markdown
+
+    text = render_markdown(report) if fmt is ReportFormat.markdown else json.dumps(
+        report.to_dict(), indent=2, default=str) + "\n"
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+        err.print(f"wrote {output}: {len(report.dangerous)} dangerous change(s), "
+                  f"{len(report.new_findings)} new finding(s)")
+    else:
+        sys.stdout.write(text)
+    if report.dangerous:
+        raise typer.Exit(int(ExitCode.FAILED))
+
+
+@app.command()
+def diff(
+    base: Annotated[str, typer.Argument(help="A git ref (main, HEAD~1, a commit), a graph file or a folder "
+                                        "of graph files.")],
+    head: Annotated[str | None, typer.Argument(help="The same kinds; default: the working tree.")] = None,
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="markdown (a pull-request comment) or json.")]
+    = ReportFormat.markdown,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+) -> None:
+    """What a change declares, per stack: resources added, removed, replaced (a change to
+    a property that forces replacement, such as a name, region or database version) and
+    changed property by property; the dangerous ones flagged (deleting or replacing a
+    Cloud SQL instance, database, bucket or the global address; any change to ingress,
+    IAM, Cloud Armor, TLS or the worker's scaling); guardrail findings new against BASE.
+
+    Git refs are synthesized with their own code, offline.
+
+    Examples:
+      brew-infra diff HEAD~1                      # last commit -> working tree
+      brew-infra diff origin/main HEAD -o out/diff.md
+      brew-infra diff old/prod.json out/prod.json --format json
+
+    Exit codes: 0 no dangerous change, 1 a dangerous change, 2 bad input (unknown ref,
+    not a repository, bad graph file, a ref mixed with a file), 3 the program failed.
+    """
+    from infra.report.diff import compare
+    from infra.report.sides import SideError, is_graph_path, load_side
+    from infra.synth.stacks import find_root
+
+    if head is not None and is_graph_path(base) != is_graph_path(head):
+        fail(ExitCode.BAD_INPUT, f"compare two git refs or two graph files/folders, not {base!r} with {head!r}")
+    if head is None and is_graph_path(base):
+        fail(ExitCode.BAD_INPUT, f"{base} is a graph file: give the graph file to compare it with as HEAD")
+    root = find_root()
+    try:
+        base_label, base_graphs = load_side(base, root)
+        head_label, head_graphs = guarded(lambda: load_side(head, root))
+    except SideError as error:
+        fail(ExitCode.BAD_INPUT, str(error))
+    _emit_report(compare(base_graphs, head_graphs, base_label, head_label), fmt, output)
+
+
+@app.command()
+def report(
+    preview: Annotated[Path, typer.Option("--preview", help="The output of `pulumi preview --json`.")],
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="markdown or json.")] = ReportFormat.markdown,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")] = None,
+) -> None:
+    """Render a real `pulumi preview --json` through the diff report's template.
+
+    Example:
+      pulumi preview -s prod --json > preview.json && brew-infra report --preview preview.json
+
+    Exit codes as for diff: 0, 1 a dangerous change, 2 bad input.
+    """
+    from infra.report.preview import PreviewError, read_preview
+
+    try:
+        result = read_preview(preview)
+    except PreviewError as error:
+        fail(ExitCode.BAD_INPUT, str(error))
+    _emit_report(result, fmt, output)
 
 
 # --- review: diagram ---
