@@ -90,8 +90,9 @@ def test_diff_of_a_git_ref_against_the_working_tree(tmp_path):
     data = json.loads(result.stdout)
     assert data["base"] == "HEAD" and data["head"] == "working tree" and not data["dangerous"]
     (prod,) = [s for s in data["stacks"] if s["status"] == "changed"]
-    (web,) = prod["resources"]
-    assert web["name"] == "brew-web" and web["changes"] == [
+    by_name = {r["name"]: r for r in prod["resources"]}
+    assert set(by_name) == {"brew-web", "prod-alerts-postgres-connections"}  # the runbook's budget table too
+    assert by_name["brew-web"]["changes"] == [
         {"path": "template.scaling.maxInstanceCount", "old": 10, "new": 12, "replaces": False}]
 
 
