@@ -637,11 +637,14 @@ def diff(
     if head is None and is_graph_path(base):
         fail(ExitCode.BAD_INPUT, f"{base} is a graph file: give the graph file to compare it with as HEAD")
     root = find_root()
-    try:
-        base_label, base_graphs = load_side(base, root)
-        head_label, head_graphs = guarded(lambda: load_side(head, root))
-    except SideError as error:
-        fail(ExitCode.BAD_INPUT, str(error))
+    def side(spec: str | None):
+        try:
+            return load_side(spec, root)
+        except SideError as error:
+            fail(ExitCode.BAD_INPUT, str(error))
+
+    base_label, base_graphs = side(base)
+    head_label, head_graphs = guarded(lambda: side(head))  # the working tree runs this checkout's program
     _emit_report(compare(base_graphs, head_graphs, base_label, head_label), fmt, output)
 
 

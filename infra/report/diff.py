@@ -19,13 +19,12 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 # Inputs whose change makes the provider delete and recreate the resource (ForceNew in the
 # Terraform google provider that pulumi-gcp bridges; resources with no update call, such as
-# IAM members, NEGs and managed certificates, have every input here). databaseVersion is
-# listed although Cloud SQL can upgrade a major version in place: the upgrade cannot be
-# undone, and the review should treat it with the same care.
+# IAM members, NEGs and managed certificates, have every input here). Not databaseVersion:
+# pulumi-gcp 10 upgrades a Cloud SQL major version in place (see its DatabaseInstance
+# docs) — flagged as dangerous instead, since the upgrade cannot be undone.
 _NAMES = ("name", "project")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
-    "gcp:sql/databaseInstance:DatabaseInstance": (*_NAMES, "region", "databaseVersion", "masterInstanceName",
-                                                  "encryptionKeyName"),
+    "gcp:sql/databaseInstance:DatabaseInstance": (*_NAMES, "region", "masterInstanceName", "encryptionKeyName"),
     "gcp:sql/database:Database": (*_NAMES, "instance"),
     "gcp:sql/user:User": (*_NAMES, "instance", "host", "type"),
     "gcp:storage/bucket:Bucket": (*_NAMES, "location"),
@@ -210,6 +209,8 @@ def dangers(action: str, resource: Resource, changes: Sequence[PropertyChange]) 
     if kind == SERVICE and _is_worker(resource) and any(
             p.startswith(("template.scaling", "scaling")) for p in paths):
         found.append(f"scaling of the worker {name} changes (the single-worker invariant)")
+    if kind == "gcp:sql/databaseInstance:DatabaseInstance" and action == "update" and "databaseVersion" in tops:
+        found.append(f"major version upgrade of {name} in place: it cannot be undone")
     if kind == "gcp:compute/backendService:BackendService" and "securityPolicy" in tops:
         found.append(f"Cloud Armor: the policy on backend {name} changes")
     if kind == "gcp:compute/targetHttpsProxy:TargetHttpsProxy" and tops & {"sslPolicy", "sslCertificates"}:
@@ -223,9 +224,9 @@ def _change(stack: str, action: str, old: Resource | None, new: Resource | None)
     changes: tuple[PropertyChange, ...] = ()
     if old is not None and new is not None:
         changes = property_changes(subject.type, old.inputs, new.inputs)
-        if not changes and old.type == new.type:
+        if not changes:
             return None
-        action = "replace" if old.type != new.type or any(c.replaces for c in changes) else "update"
+        action = "replace" if any(c.replaces for c in changes) else "update"
     return ResourceChange(stack, subject.urn, subject.type, subject.physical_name, action, changes,
                           dangers(action, new if action != "remove" else subject, changes))
 

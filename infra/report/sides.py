@@ -7,6 +7,7 @@ from today's — by exporting it (`git archive`) to a temporary folder and runni
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def synthesize_ref(root: Path, ref: str) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="brew-diff-") as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive.stdout)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tree, filter="data")
         out = Path(tmp) / "graphs"
         env = {**os.environ, "PYTHONPATH": str(tree)}

@@ -65,6 +65,7 @@ def test_json_format(files):
     (["HEAD", "{file}"], "not 'HEAD' with"),
     (["{file}"], "give the graph file to compare it with as HEAD"),
     (["no-such-ref"], "unknown git ref 'no-such-ref'"),
+    (["HEAD", "no-such-ref"], "unknown git ref 'no-such-ref'"),
 ])
 def test_bad_input_exit_2(files, args, message):
     args = [a.replace("{file}", str(files["base"])) for a in args]

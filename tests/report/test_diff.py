@@ -54,7 +54,6 @@ def test_property_change_is_an_update():
 
 @pytest.mark.parametrize("type_token, path, value", [
     (SQL, "region", "europe-west1"),
-    (SQL, "databaseVersion", "POSTGRES_18"),
     (BUCKET, "location", "EU"),
     (ADDRESS, "address", "1.2.3.4"),
 ])
@@ -65,6 +64,14 @@ def test_replace_forcing_property_and_stateful_replacement_is_dangerous(type_tok
     (change,) = only(report).changes
     assert change.action == "replace" and change.changes[0].replaces
     assert report.dangerous and "replaces" in report.dangerous[0][1]
+
+
+def test_a_major_version_upgrade_is_in_place_and_dangerous():
+    base = graph("prod", resource(SQL, "db", {"name": "brew-prod", "databaseVersion": "POSTGRES_17"}))
+    report = diff(base, changed(base, SQL, "brew-prod", "databaseVersion", "POSTGRES_18"))
+    (change,) = only(report).changes
+    assert change.action == "update"
+    assert change.dangers == ("major version upgrade of brew-prod in place: it cannot be undone",)
 
 
 def test_deleting_a_bucket_is_dangerous_and_adding_one_is_not():
