@@ -47,12 +47,6 @@ def test_ids_and_metadata():
     assert [r.id for r in RULES if r.severity is Severity.WARNING] == ["BREW-I005"]
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
-def test_shipped_stacks_pass_before_the_sunset(graphs, rule):
-    for data in graphs.values():
-        assert findings(rule, data, BEFORE_SUNSET) == []
-
-
 @pytest.mark.parametrize(
     ("stack", "service", "path", "value"),
     [

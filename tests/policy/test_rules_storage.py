@@ -4,7 +4,6 @@ one public grant fails exactly the rule that guards it, naming the bucket and th
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -33,15 +32,6 @@ def test_ids_and_metadata():
     assert sorted(r.id for r in RULES) == [f"BREW-S{n:03d}" for n in range(20, 25)]
     for rule in RULES:
         assert rule.types and rule.title and rule.remediation
-        cited = set(re.findall(r"CKV_GCP_\d+|AVD-GCP-\d+", rule.description))
-        assert cited <= set(rule.references), rule.id
-        assert cited or "None of Checkov, KICS or Trivy" in rule.description, rule.id
-
-
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
-def test_shipped_stacks_pass(graphs, rule):
-    for data in graphs.values():
-        assert findings(rule, data) == []
 
 
 @pytest.mark.parametrize(
