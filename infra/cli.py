@@ -502,7 +502,7 @@ def check(
     from infra.policy.engine import GraphFileError, evaluate, load_graph
     from infra.policy.output import summary, to_json, to_sarif
     from infra.policy.rules import ALL_RULES
-    from infra.synth.stacks import find_root, stacks_dir, synthesize
+    from infra.synth.stacks import find_root, stack_path, synthesize
 
     root = find_root()
     if graph_files and (stacks or all_stacks):
@@ -519,7 +519,7 @@ def check(
     else:
         for name in _stacks(stacks, all_stacks):
             graphs.append(guarded(lambda name=name: synthesize(name).to_dict()))
-            sources[name] = stacks_dir(root) / f"Pulumi.{name}.yaml"
+            sources[name] = stack_path(name, root)
     findings = [f for graph in graphs for f in evaluate(graph)]
     names = [graph["stack"] for graph in graphs]
     counts = summary(findings)
@@ -629,7 +629,7 @@ def diff(
     not a repository, bad graph file, a ref mixed with a file), 3 the program failed.
     """
     from infra.report.diff import compare
-    from infra.report.sides import SideError, is_graph_path, load_side
+    from infra.report.sides import SideError, is_graph_path, load_side, resolve_ref
     from infra.synth.stacks import find_root
 
     if head is not None and is_graph_path(base) != is_graph_path(head):
@@ -637,6 +637,13 @@ def diff(
     if head is None and is_graph_path(base):
         fail(ExitCode.BAD_INPUT, f"{base} is a graph file: give the graph file to compare it with as HEAD")
     root = find_root()
+    for spec in (base, head):  # both refs known before minutes of synthesis
+        if spec is not None and not is_graph_path(spec):
+            try:
+                resolve_ref(root, spec)
+            except SideError as error:
+                fail(ExitCode.BAD_INPUT, str(error))
+
     def side(spec: str | None):
         try:
             return load_side(spec, root)
