@@ -60,6 +60,7 @@ LIVE_ID: dict[str, Callable[[Inputs, str, str], str]] = {
     "gcp:compute/targetHttpProxy:TargetHttpProxy": lambda i, p, r: f"projects/{p}/global/targetHttpProxies/{i['name']}",
     "gcp:compute/globalForwardingRule:GlobalForwardingRule": lambda i, p, r: (
         f"projects/{p}/global/forwardingRules/{i['name']}"),
+    "gcp:redis/instance:Instance": lambda i, p, r: f"projects/{p}/locations/{i.get('region', r)}/instances/{i['name']}",
     "gcp:logging/metric:Metric": lambda i, p, r: f"{p} {i['name']}",
     "gcp:monitoring/metricDescriptor:MetricDescriptor": lambda i, p, r: f"projects/{p}/metricDescriptors/{i['type']}",
 }

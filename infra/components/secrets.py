@@ -1,7 +1,11 @@
 """Secret Manager containers for a stack's provider secrets, and who may read them.
 
-Only the containers and their IAM live here: values are added with gcloud outside
-Pulumi, so no secret value ever reaches Pulumi state or a preview diff.
+`SecretSet` declares only the containers and their IAM: values are added with gcloud
+outside Pulumi, so no secret value ever reaches Pulumi state or a preview diff.
+`store_secret` is for the other kind, a value a resource generated (an HMAC key's
+secret, a Redis AUTH string): it is in Pulumi's state already, encrypted, as that
+resource's secret output, and is stored as a secret version so Cloud Run reads it by
+reference, never as a plain env value.
 """
 
 from __future__ import annotations
@@ -65,3 +69,47 @@ class SecretSet(pulumi.ComponentResource):
             self.names[secret_id] = secret.name
 
         self.register_outputs({"ids": self.ids, "names": self.names})
+
+
+def store_secret(
+    name: str,
+    project: str,
+    secret_id: str,
+    data: pulumi.Input[str],
+    accessors: Sequence[pulumi.Input[str]],
+    labels: Mapping[str, str],
+    parent: pulumi.Resource,
+) -> secretmanager.SecretVersion:
+    """A secret holding a generated value: the secret `<name>-secret`, its version
+    `<name>-version` with `data`, and `<name>-accessor-<i>` per accessor, under `parent`.
+
+    Returns the version: a workload referring to the secret through `version.secret`
+    waits for the value, not just for the empty secret."""
+    if not SECRET_ID_RE.match(secret_id):
+        raise ValueError(f"secret_id: {secret_id!r} must be 1-255 of letters, digits, '_' and '-'")
+    child = pulumi.ResourceOptions(parent=parent)
+    secret = secretmanager.Secret(
+        f"{name}-secret",
+        project=project,
+        secret_id=secret_id,
+        replication={"auto": {}},
+        labels=dict(labels),
+        opts=child,
+    )
+    version = secretmanager.SecretVersion(
+        f"{name}-version",
+        secret=secret.id,
+        # Secret whatever the caller passed: the value never shows in a preview or a graph.
+        secret_data=pulumi.Output.secret(data),
+        opts=child,
+    )
+    for index, accessor in enumerate(accessors):
+        secretmanager.SecretIamMember(
+            f"{name}-accessor-{index}",
+            project=project,
+            secret_id=secret.id,
+            role="roles/secretmanager.secretAccessor",
+            member=accessor,
+            opts=child,
+        )
+    return version

@@ -138,6 +138,18 @@ class PlatformMocks(mocks.Mocks):
             return state["name"], state
         if typ == "gcp:storage/bucket:Bucket":
             state["url"] = f"gs://{name}"
+        if typ == "gcp:redis/instance:Instance":
+            # Memorystore serves TLS on 6378, plaintext on 6379.
+            tls = inputs.get("transitEncryptionMode") == "SERVER_AUTHENTICATION"
+            state["host"] = "172.30.8." + str(int(_fake_id(name), 16) % 250 + 2)
+            state["port"] = 6378 if tls else 6379
+            if inputs.get("authEnabled"):
+                state["authString"] = f"mock-auth-{_fake_id(project, name)}"
+        if typ == "gcp:storage/hmacKey:HmacKey":
+            # Service-account HMAC access ids start with GOOG1E; the secret is 40 base64 characters.
+            state["accessId"] = "GOOG1E" + _fake_id("hmac", project, args.name).upper()
+            state["secret"] = f"mock-hmac-secret-{_fake_id('hmac-secret', project, args.name)}"
+            state["state"] = inputs.get("state") or "ACTIVE"
         live_id = _live_id(typ, inputs, project)
         if live_id is None:
             return f"{args.name}-{_fake_id(typ, args.name)}", state

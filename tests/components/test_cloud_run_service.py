@@ -15,6 +15,7 @@ from infra.components.cloud_run_service import (
     CloudRunServiceArgs,
     Ingress,
     Role,
+    Sidecar,
 )
 from infra.components.live_image import is_not_found
 from infra.synth import engine
@@ -189,6 +190,55 @@ def test_role_sets_the_role_env(role):
     assert {"name": "ROLE", "value": role.value} in envs
 
 
+def test_an_app_with_its_own_roles_gets_no_role_variable():
+    # Penpot says what a process does in PENPOT_FLAGS: its roles map to no env.
+    roles = {"frontend": {}, "backend": {}, "exporter": {}}
+    envs = container(run(make_args(role="exporter", roles=roles, env={"PENPOT_FLAGS": "x"},
+                                   follow_live_image=False)))["envs"]
+    assert envs == [{"name": "PENPOT_FLAGS", "value": "x"}]
+
+
+def test_a_role_mapping_names_the_variable_its_app_reads():
+    roles = {"api": {"APP_ROLE": "api"}, "jobs": {"APP_ROLE": "jobs"}}
+    envs = container(run(make_args(role="jobs", roles=roles, follow_live_image=False)))["envs"]
+    assert envs == [{"name": "APP_ROLE", "value": "jobs"}]
+    with pytest.raises(ValueError, match=r"^env: 'APP_ROLE' is set from role"):
+        run(make_args(role="jobs", roles=roles, env={"APP_ROLE": "api"}))
+    with pytest.raises(ValueError, match=r"^role: 'web' is not one of \['api', 'jobs'\]"):
+        run(make_args(role="web", roles=roles))
+
+
+def proxy(**overrides: Any) -> Sidecar:
+    base = Sidecar(name="cloud-sql-proxy", image="gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.18.2",
+                   args=("--auto-iam-authn", "p:r:db"), port=5432)
+    return dataclasses.replace(base, **overrides)
+
+
+def test_sidecars_run_next_to_the_app_which_starts_once_they_listen():
+    graph = run(lambda: make_args(
+        port=6060, cpu_always_allocated=True, follow_live_image=False,
+        sidecars=(proxy(args=("--auto-iam-authn", pulumi.Output.from_input("p:r:db"))),
+                  Sidecar(name="logger", image="logger:1", cpu="1", memory="256Mi"))))
+    app, sidecar, logger = service_inputs(graph)["template"]["containers"]
+    # The app first (the live image and the rules read it), named, on its port, after the proxy.
+    assert (app["name"], app["image"], app["ports"], app["dependsOns"]) == (
+        "app", CONFIG_IMAGE, {"containerPort": 6060}, ["cloud-sql-proxy"])
+    assert sidecar == {
+        "name": "cloud-sql-proxy",
+        "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.18.2",
+        "args": ["--auto-iam-authn", "p:r:db"],
+        "resources": {"limits": {"cpu": "1", "memory": "512Mi"}, "cpuIdle": False},
+        "startupProbe": {"tcpSocket": {"port": 5432}, "periodSeconds": 1, "failureThreshold": 30},
+    }
+    assert "startupProbe" not in logger and logger["resources"]["limits"] == {"cpu": "1", "memory": "256Mi"}
+
+
+def test_without_sidecars_the_single_container_stays_unnamed():
+    app = container(run(make_args(port=9000, follow_live_image=False)))
+    assert app["ports"] == {"containerPort": 9000}
+    assert "name" not in app and "dependsOns" not in app
+
+
 def test_env_is_sorted_by_name_whatever_the_mapping_order():
     a = run(make_args(env={"B": "1", "A": "2"}, secret_env={"C": "s"}, follow_live_image=False))
     b = run(make_args(env={"A": "2", "B": "1"}, secret_env={"C": "s"}, follow_live_image=False))
@@ -235,6 +285,13 @@ def test_boundary_values_are_accepted(overrides):
         ({"network": "n"}, "network/subnetwork: 'n'/None"),
         ({"subnetwork": "s"}, "network/subnetwork: None/'s'"),
         ({"invoker_iam_disabled": True, "ingress": Ingress.ALL}, "invoker_iam_disabled: True"),
+        ({"port": 0}, "port: 0"),
+        ({"sidecars": (proxy(),)}, "port: a service with sidecars"),
+        ({"port": 6060, "sidecars": (proxy(), proxy())}, "sidecars: names"),
+        ({"port": 6060, "sidecars": (proxy(name="app"),)}, "sidecars: names"),
+        ({"port": 5432, "sidecars": (proxy(),)}, "sidecars: 'cloud-sql-proxy' listens on the app's port"),
+        ({"port": 6060, "sidecars": (proxy(image=""),)}, "sidecars: 'cloud-sql-proxy' has no image"),
+        ({"port": 6060, "sidecars": (proxy(args="--private-ip"),)}, "sidecars: 'cloud-sql-proxy' args"),
     ],
 )
 def test_invalid_args_raise_one_line_value_error(overrides, field_and_value):
