@@ -59,11 +59,14 @@ KEYS: dict[str, tuple[str, str]] = {
 
 
 class SettingsError(ValueError):
-    """Bad stack config: says which file, which key, and what is expected."""
+    """Bad stack config: says which file, which key, and what is expected.
 
-    def __init__(self, stack_file: str, key: str, message: str):
+    A key without a namespace is one of `namespace`'s (`brew:` unless another project's
+    settings say theirs, e.g. `penpot:`)."""
+
+    def __init__(self, stack_file: str, key: str, message: str, namespace: str = NAMESPACE):
         self.stack_file, self.key, self.message = stack_file, key, message
-        qualified = key if ":" in key else f"{NAMESPACE}:{key}"
+        qualified = key if ":" in key else f"{namespace}:{key}"
         super().__init__(f"{stack_file}: {qualified}: {message}")
 
 
@@ -259,11 +262,15 @@ class StackSettings:
         return self.storage == "pg" and self.database is not None
 
 
-class _Reader:
-    """Reads one object of the config, reporting errors with the full key path."""
+class Reader:
+    """Reads one object of the config, reporting errors with the full key path.
 
-    def __init__(self, stack_file: str, path: str, data: Mapping[str, Any], known: Sequence[str]):
-        self.stack_file, self.path, self.data = stack_file, path, data
+    Shared by every project's settings (infra/penpot_settings.py too): `namespace` is the
+    config namespace its errors name."""
+
+    def __init__(self, stack_file: str, path: str, data: Mapping[str, Any], known: Sequence[str],
+                 namespace: str = NAMESPACE):
+        self.stack_file, self.path, self.data, self.namespace = stack_file, path, data, namespace
         unknown = sorted(set(data) - set(known))
         if unknown:
             self.fail(unknown[0], f"unknown setting; expected one of {', '.join(sorted(known))}")
@@ -272,7 +279,7 @@ class _Reader:
         return f"{self.path}.{name}" if self.path else name
 
     def fail(self, name: str, message: str):
-        raise SettingsError(self.stack_file, self.key(name), message)
+        raise SettingsError(self.stack_file, self.key(name), message, self.namespace)
 
     def raw(self, name: str, default: Any = ...) -> Any:
         if name not in self.data or self.data[name] is None:
@@ -348,15 +355,15 @@ class _Reader:
                 self.fail(f"{name}.{k}", f"expected a string value, got {v!r}")
         return {str(k): str(v) for k, v in sorted(value.items())}
 
-    def obj(self, name: str, known: Sequence[str], default: Any = ...) -> _Reader | None:
+    def obj(self, name: str, known: Sequence[str], default: Any = ...) -> Reader | None:
         value = self.raw(name, default)
         if value is None:
             return None
         if not isinstance(value, dict):
             self.fail(name, f"expected an object with {', '.join(known)}, got {value!r}")
-        return _Reader(self.stack_file, self.key(name), value, known)
+        return Reader(self.stack_file, self.key(name), value, known, self.namespace)
 
-    def objs(self, name: str, known: Sequence[str], default: Any = ...) -> list[_Reader]:
+    def objs(self, name: str, known: Sequence[str], default: Any = ...) -> list[Reader]:
         value = self.raw(name, default)
         if not isinstance(value, list):
             self.fail(name, f"expected a list of objects, got {value!r}")
@@ -364,7 +371,7 @@ class _Reader:
         for i, item in enumerate(value):
             if not isinstance(item, dict):
                 self.fail(f"{name}[{i}]", f"expected an object, got {item!r}")
-            readers.append(_Reader(self.stack_file, f"{self.key(name)}[{i}]", item, known))
+            readers.append(Reader(self.stack_file, f"{self.key(name)}[{i}]", item, known, self.namespace))
         return readers
 
 
@@ -374,7 +381,7 @@ _SERVICE_KEYS = (
 )
 
 
-def _service(r: _Reader) -> ServiceSettings:
+def _service(r: Reader) -> ServiceSettings:
     role = r.choice("role", ROLES)
     min_instances = r.int("minInstances", lo=0, hi=1000)
     max_instances = r.int("maxInstances", lo=1, hi=1000)
@@ -422,7 +429,7 @@ _PROMOTE_KEYS = (
 )
 
 
-def _promote(r: _Reader) -> PromoteSettings:
+def _promote(r: Reader) -> PromoteSettings:
     d = PromoteSettings()
     steps = r.raw("steps", list(d.steps))
     if (not isinstance(steps, list) or not steps or any(isinstance(x, bool) or not isinstance(x, int) for x in steps)
@@ -447,7 +454,12 @@ def _promote(r: _Reader) -> PromoteSettings:
     )
 
 
-def _database(r: _Reader) -> DatabaseSettings:
+DATABASE_KEYS = ("name", "version", "tier", "availability", "backups", "pointInTimeRecovery", "deletionProtection",
+                 "database", "flags")
+
+
+def read_database(r: Reader, default_database: str = "brew") -> DatabaseSettings:
+    """A Cloud SQL Postgres instance's settings (`r` reads the object with DATABASE_KEYS)."""
     backups = r.bool("backups", default=True)
     pitr = r.bool("pointInTimeRecovery", default=backups)
     if pitr and not backups:
@@ -464,7 +476,7 @@ def _database(r: _Reader) -> DatabaseSettings:
         backups=backups,
         point_in_time_recovery=pitr,
         deletion_protection=r.bool("deletionProtection", default=True),
-        database=r.str("database", default="brew"),
+        database=r.str("database", default=default_database),
         flags={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in sorted(flags.items())},
     )
 
@@ -472,7 +484,7 @@ def _database(r: _Reader) -> DatabaseSettings:
 def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_file: str | None = None) -> StackSettings:
     """Validate one stack's `brew:` config (un-namespaced keys -> parsed values)."""
     stack_file = stack_file or f"stacks/Pulumi.{stack}.yaml"
-    root = _Reader(stack_file, "", config, list(KEYS))
+    root = Reader(stack_file, "", config, list(KEYS))
     environment = root.choice("environment", ENVIRONMENTS)
     region = root.str("region", default="asia-south1", pattern=re.compile(r"^[a-z]+-[a-z]+\d$"),
                       what="a region like asia-south1")
@@ -492,8 +504,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
     if len(workers) > 1:
         root.fail("services", f"exactly one service per database runs the worker role, got {workers}")
     storage = root.choice("storage", STORAGE, default="pg")
-    db = root.obj("database", ("name", "version", "tier", "availability", "backups", "pointInTimeRecovery",
-                               "deletionProtection", "database", "flags"), default=None)
+    db = root.obj("database", DATABASE_KEYS, default=None)
     if storage == "pg" and db is None:
         root.fail("database", "storage is pg, so a database is required")
     bucket = root.obj("bucket", ("name", "location", "versioning"))
@@ -556,7 +567,7 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
         services=services,
         jobs=jobs,
         storage=storage,
-        database=_database(db) if db is not None else None,
+        database=read_database(db) if db is not None else None,
         bucket=BucketSettings(
             name=bucket.str("name", pattern=re.compile(r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"), what="a bucket name"),
             location=bucket.str("location", default=region.upper()),
@@ -588,9 +599,25 @@ def load_settings(stack: str, config: Mapping[str, Any], project: str, stack_fil
     )
 
 
-def _edge_stack(root: _Reader, stack: str, stack_file: str, project: str, region: str) -> StackSettings:
-    net = root.obj("network", ("name", "subnet", "subnetCidr", "privateServicesRange", "privateServicesAddress",
-                               "privateServicesPrefixLength"))
+NETWORK_KEYS = ("name", "subnet", "subnetCidr", "privateServicesRange", "privateServicesAddress",
+                "privateServicesPrefixLength")
+
+
+def read_network(net: Reader) -> NetworkSettings:
+    """A VPC the stack creates itself: its subnet and private services access range."""
+    return NetworkSettings(
+        name=net.str("name", pattern=NAME_RE, what="a VPC name"),
+        subnet=net.str("subnet", pattern=NAME_RE, what="a subnetwork name"),
+        subnet_cidr=net.str("subnetCidr", pattern=re.compile(r"^\d+\.\d+\.\d+\.\d+/\d+$"), what="a CIDR"),
+        private_services_range=net.str("privateServicesRange", pattern=NAME_RE, what="an address range name"),
+        private_services_address=net.str("privateServicesAddress",
+                                         pattern=re.compile(r"^\d+\.\d+\.\d+\.\d+$"), what="an IPv4 address"),
+        private_services_prefix_length=net.int("privateServicesPrefixLength", lo=8, hi=24),
+    )
+
+
+def _edge_stack(root: Reader, stack: str, stack_file: str, project: str, region: str) -> StackSettings:
+    net = root.obj("network", NETWORK_KEYS)
     edge = root.obj("edge", ("address", "urlMap", "sslPolicy", "minTlsVersion", "armorPolicy",
                              "rateLimitPerMinute", "hosts"))
     hosts = tuple(
@@ -615,15 +642,7 @@ def _edge_stack(root: _Reader, stack: str, stack_file: str, project: str, region
         environment="edge",
         project=project,
         region=region,
-        network=NetworkSettings(
-            name=net.str("name", pattern=NAME_RE, what="a VPC name"),
-            subnet=net.str("subnet", pattern=NAME_RE, what="a subnetwork name"),
-            subnet_cidr=net.str("subnetCidr", pattern=re.compile(r"^\d+\.\d+\.\d+\.\d+/\d+$"), what="a CIDR"),
-            private_services_range=net.str("privateServicesRange", pattern=NAME_RE, what="an address range name"),
-            private_services_address=net.str("privateServicesAddress",
-                                             pattern=re.compile(r"^\d+\.\d+\.\d+\.\d+$"), what="an IPv4 address"),
-            private_services_prefix_length=net.int("privateServicesPrefixLength", lo=8, hi=24),
-        ),
+        network=read_network(net),
         edge=EdgeSettings(
             address=edge.str("address", pattern=NAME_RE, what="an address name"),
             url_map=edge.str("urlMap", pattern=NAME_RE, what="a URL map name"),
@@ -644,22 +663,30 @@ def parse_config_value(kind: str, raw: str) -> Any:
     return raw
 
 
-def from_pulumi_config() -> StackSettings:
-    """Settings of the running stack, read once from `pulumi.Config`."""
+def pulumi_config_values(namespace: str, keys: Mapping[str, tuple[str, str]]) -> tuple[dict[str, Any], str]:
+    """The running stack's `namespace:` config (un-namespaced key -> parsed value) and its
+    Google Cloud project, read from `pulumi.Config`."""
     import pulumi
 
-    cfg = pulumi.Config(NAMESPACE)
+    stack_file = f"stacks/Pulumi.{pulumi.get_stack()}.yaml"
+    cfg = pulumi.Config(namespace)
     values: dict[str, Any] = {}
-    for key, (kind, _) in KEYS.items():
+    for key, (kind, _) in keys.items():
         raw = cfg.get(key)
         if raw is not None:
             try:
                 values[key] = parse_config_value(kind, raw)
             except json.JSONDecodeError:
-                raise SettingsError(f"stacks/Pulumi.{pulumi.get_stack()}.yaml", key,
-                                    f"expected {kind} (JSON), got {raw!r}") from None
+                raise SettingsError(stack_file, key, f"expected {kind} (JSON), got {raw!r}", namespace) from None
     project = pulumi.Config("gcp").get("project")
     if not project:
-        raise SettingsError(f"stacks/Pulumi.{pulumi.get_stack()}.yaml", "gcp:project",
-                            "required setting is missing (the Google Cloud project id)")
+        raise SettingsError(stack_file, "gcp:project", "required setting is missing (the Google Cloud project id)")
+    return values, project
+
+
+def from_pulumi_config() -> StackSettings:
+    """Settings of the running stack, read once from `pulumi.Config`."""
+    import pulumi
+
+    values, project = pulumi_config_values(NAMESPACE, KEYS)
     return load_settings(pulumi.get_stack(), values, project)

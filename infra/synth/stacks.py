@@ -2,14 +2,21 @@
 validate it, run the same program `pulumi up` runs under the mock runtime, and write
 `out/<stack>.json`.
 
-Stages: find the stack file -> parse it -> validate the settings (bad input stops here,
-before any resource is declared) -> run the program under the mocks -> write the graph.
+The repository holds more than one Pulumi project: Brew's at the root and each
+blueprint's in a folder of its own (`penpot/`, SPEC 6), each with its Pulumi.yaml, its
+stack files and its program. Stack names are unique across them, so a stack name alone
+says which project, which settings and which program it is.
+
+Stages: find the stack's project and file -> parse it -> validate the settings (bad input
+stops here, before any resource is declared) -> run the project's program under the
+mocks -> write the graph.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +24,39 @@ from typing import Any
 
 import yaml
 
-from infra.settings import NAMESPACE, SettingsError, StackSettings, load_settings
+from infra.settings import SettingsError
 from infra.synth.engine import Graph, run_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Blueprint projects, as folders under the root project (each with its own Pulumi.yaml).
+BLUEPRINTS = ("penpot",)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a Pulumi project's __main__.py runs: a settings module (NAMESPACE,
+    load_settings, from_pulumi_config) and a module whose build(settings) composes it."""
+
+    settings: str
+    compose: str
+
+    def namespace(self) -> str:
+        return importlib.import_module(self.settings).NAMESPACE
+
+    def load(self, stack: str, values: dict[str, Any], project: str, stack_file: str) -> Any:
+        return importlib.import_module(self.settings).load_settings(stack, values, project, stack_file)
+
+    def run(self) -> None:
+        # The same two steps as the project's __main__.py, reading config through pulumi.Config.
+        settings = importlib.import_module(self.settings).from_pulumi_config()
+        importlib.import_module(self.compose).build(settings)
+
+
+# Pulumi project name (Pulumi.yaml `name`) -> its program.
+PROGRAMS: dict[str, Program] = {
+    "brew": Program("infra.settings", "infra.environments"),
+    "penpot": Program("infra.penpot_settings", "infra.environments.penpot"),
+}
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -39,9 +75,13 @@ class StackFileError(ValueError):
 @dataclass(frozen=True)
 class StackConfig:
     stack: str
-    stack_file: str
+    stack_file: str  # relative to the root project's folder, e.g. penpot/stacks/Pulumi.penpot-prod.yaml
     project: str  # the Pulumi project, from Pulumi.yaml
     values: dict[str, Any]  # fully qualified key -> value, as `pulumi config` holds them
+
+    @property
+    def program(self) -> Program:
+        return program_of(self.project, self.stack_file)
 
 
 # libyaml's parser where the wheel has it: stack files are read on every synth.
@@ -65,9 +105,43 @@ def stacks_dir(root: Path) -> Path:
     return root / _project_file(root).get("stackConfigDir", ".")
 
 
+def project_folders(root: Path) -> list[Path]:
+    """The root project's folder, then each blueprint's found under it."""
+    return [root, *(root / name for name in BLUEPRINTS if (root / name / "Pulumi.yaml").is_file())]
+
+
+def _stack_files(root: Path) -> dict[str, tuple[Path, Path]]:
+    """Stack name -> (its project's folder, its file), across every project."""
+    found: dict[str, tuple[Path, Path]] = {}
+    for folder in project_folders(root):
+        for path in sorted(stacks_dir(folder).glob("Pulumi.*.yaml")):
+            stack = path.name[len("Pulumi."):-len(".yaml")]
+            if stack in found:
+                # `synth <stack>` could not tell which one is meant.
+                raise StackFileError(f"stack {stack!r} is declared twice: {found[stack][1].relative_to(root)} "
+                                     f"and {path.relative_to(root)}; stack names are unique across projects")
+            found[stack] = (folder, path)
+    return found
+
+
 def available_stacks(root: Path | None = None) -> list[str]:
-    root = root or find_root()
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+    return sorted(_stack_files(root or find_root()))
+
+
+def _locate(stack: str, root: Path) -> tuple[Path, Path]:
+    """(project folder, stack file); an unknown stack's file would be the root project's."""
+    return _stack_files(root).get(stack, (root, stacks_dir(root) / f"Pulumi.{stack}.yaml"))
+
+
+def stack_path(stack: str, root: Path | None = None) -> Path:
+    return _locate(stack, root or find_root())[1]
+
+
+def program_of(project: str, where: str) -> Program:
+    if project not in PROGRAMS:
+        raise StackFileError(f"{where}: Pulumi project {project!r} has no program here "
+                             f"(known: {', '.join(sorted(PROGRAMS))})")
+    return PROGRAMS[project]
 
 
 def _config_value(value: Any) -> Any:
@@ -83,7 +157,7 @@ def _config_value(value: Any) -> Any:
 
 def read_stack(stack: str, root: Path | None = None) -> StackConfig:
     root = root or find_root()
-    path = stacks_dir(root) / f"Pulumi.{stack}.yaml"
+    folder, path = _locate(stack, root)
     rel = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
     if not path.is_file():
         known = ", ".join(available_stacks(root)) or "none"
@@ -97,34 +171,30 @@ def read_stack(stack: str, root: Path | None = None) -> StackConfig:
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise StackFileError(f"{rel}: expected a top-level 'config:' map")
-    return StackConfig(stack, rel, project_name(root), {str(k): _config_value(v) for k, v in config.items()})
+    return StackConfig(stack, rel, project_name(folder), {str(k): _config_value(v) for k, v in config.items()})
 
 
-def settings_of(cfg: StackConfig) -> StackSettings:
+def settings_of(cfg: StackConfig) -> Any:
+    """The stack's typed settings, by its project's settings module (Brew's StackSettings,
+    Penpot's PenpotSettings)."""
+    program = cfg.program
     project = cfg.values.get("gcp:project")
     if not isinstance(project, str) or not project:
         raise SettingsError(cfg.stack_file, "gcp:project", "required setting is missing (the Google Cloud project id)")
+    namespace = program.namespace()
     ours = {}
     for key, value in cfg.values.items():
-        namespace, _, name = key.partition(":")
-        if namespace == NAMESPACE:
+        prefix, _, name = key.partition(":")
+        if prefix == namespace:
             ours[name] = value
-    return load_settings(cfg.stack, ours, project, cfg.stack_file)
+    return program.load(cfg.stack, ours, project, cfg.stack_file)
 
 
 def synthesize(stack: str, root: Path | None = None, live: dict | None = None) -> Graph:
-    """Validate the stack's settings, then run the program exactly as `pulumi up` would."""
+    """Validate the stack's settings, then run its project's program exactly as `pulumi up` would."""
     cfg = read_stack(stack, root)
     settings_of(cfg)  # refuse bad input before the mock runtime starts
-
-    def program() -> None:
-        # The same two steps as __main__.py, reading config through pulumi.Config.
-        from infra.environments import build
-        from infra.settings import from_pulumi_config
-
-        build(from_pulumi_config())
-
-    return run_program(program, project=cfg.project, stack=stack, config=cfg.values, live=live)
+    return run_program(cfg.program.run, project=cfg.project, stack=stack, config=cfg.values, live=live)
 
 
 def write_graph(graph: Graph, out_dir: Path) -> Path:

@@ -38,8 +38,10 @@ def _service(i: Inputs) -> str:
     scaling = t.get("scaling", {})
     res = c.get("resources", {})
     limits = res.get("limits", {})
+    # Brew's app says its role in ROLE; another app (Penpot) only in the role label.
+    role_label = (i.get("labels") or {}).get("role")
     facts = [
-        f"ROLE={env.get('ROLE', '?')}",
+        f"ROLE={env['ROLE']}" if "ROLE" in env or not role_label else f"role {role_label}",
         f"instances {scaling.get('minInstanceCount', 0)}..{scaling.get('maxInstanceCount', '?')}",
         f"{limits.get('cpu', '?')} vCPU {limits.get('memory', '?')}",
         f"concurrency {t.get('maxInstanceRequestConcurrency', '?')}",
@@ -53,6 +55,12 @@ def _service(i: Inputs) -> str:
         facts.append(f"timeout {t['timeout']}")
     if "PG_POOL_MAX" in env:
         facts.append(f"pool {env['PG_POOL_MAX']}")
+    if "PENPOT_DATABASE_MAX_POOL_SIZE" in env:
+        facts.append(f"pool {env['PENPOT_DATABASE_MAX_POOL_SIZE']}")
+    if "PENPOT_FLAGS" in env:
+        facts.append(f"flags {env['PENPOT_FLAGS']}")
+    if "PENPOT_EXPORTER_WORKER_CONCURRENCY" in env:
+        facts.append(f"K={env['PENPOT_EXPORTER_WORKER_CONCURRENCY']}")
     facts += [f"{key}={env[key]}" for key in ("STORAGE", "OBJECTS_MIRROR", "OBJECTS_READTHROUGH", "DEMO_MODE")
               if key in env]
     facts.append(f"as {str(t.get('serviceAccount', '?')).split('@')[0]}")
@@ -80,6 +88,13 @@ def _sql(i: Inputs) -> str:
         facts.append("point-in-time recovery")
     if i.get("deletionProtection"):
         facts.append("deletion protection")
+    return ", ".join(facts)
+
+
+def _redis(i: Inputs) -> str:
+    facts = [str(i.get("redisVersion", "?")), str(i.get("tier", "?")).lower(), f"{i.get('memorySizeGb', '?')} GB",
+             "AUTH" if i.get("authEnabled") else "no AUTH",
+             "TLS" if i.get("transitEncryptionMode") == "SERVER_AUTHENTICATION" else "no TLS"]
     return ", ".join(facts)
 
 
@@ -143,6 +158,7 @@ FACTS: dict[str, Callable[[Inputs], str]] = {
     "gcp:cloudrunv2/job:Job": _job,
     "gcp:sql/databaseInstance:DatabaseInstance": _sql,
     "gcp:storage/bucket:Bucket": _bucket,
+    "gcp:redis/instance:Instance": _redis,
     "gcp:compute/uRLMap:URLMap": _url_map,
     "gcp:compute/backendService:BackendService": _backend,
     "gcp:monitoring/alertPolicy:AlertPolicy": _alert,

@@ -35,7 +35,7 @@ def test_check_all_passes_on_the_shipped_stacks():
     result = run(["check", "--all"], REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "passed: 0 error(s)" in result.stdout
-    assert f"from {len(ALL_RULES)} rules over demo, edge, prod, staging" in result.stdout
+    assert f"from {len(ALL_RULES)} rules over demo, edge, penpot-prod, prod, staging" in result.stdout
 
 
 def test_web_ingress_all_fails_with_the_rules_id(project):  # noqa: F811
