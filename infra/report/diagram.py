@@ -4,7 +4,8 @@ Works on plain graph data only (the `out/<stack>.json` shape `brew-infra synth` 
 so a graph file from anywhere can be drawn. Links between resources come from what the
 graphs themselves say: self-links and names in the inputs (URL map -> backend service
 -> serverless NEG -> Cloud Run service name), each resource's `dependencies` (a service
-depends on the Cloud SQL instance it connects to), the runtime identity
+depends on the Cloud SQL instance it connects to, and on the secret version holding a
+Memorystore instance's URI), the runtime identity
 (`template.serviceAccount`) and IAM members (who may read which bucket, log in to which
 database). Drawn together, stacks link across clusters by those names; a name no drawn
 stack declares becomes a dashed stand-in outside the clusters, so nothing points nowhere.
@@ -30,6 +31,9 @@ JOB = "gcp:cloudrunv2/job:Job"
 SQL_INSTANCE = "gcp:sql/databaseInstance:DatabaseInstance"
 SQL_DATABASE = "gcp:sql/database:Database"
 SQL_USER = "gcp:sql/user:User"
+REDIS = "gcp:redis/instance:Instance"
+SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"
+HMAC_KEY = "gcp:storage/hmacKey:HmacKey"
 BUCKET = "gcp:storage/bucket:Bucket"
 BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 ACCOUNT = "gcp:serviceaccount/account:Account"
@@ -46,10 +50,10 @@ CERTIFICATE = "gcp:compute/managedSslCertificate:ManagedSslCertificate"
 SSL_POLICY = "gcp:compute/sSLPolicy:SSLPolicy"
 
 # Kinds in the order a request meets them; nodes are listed in this order in the DOT.
-KINDS = ("host", "address", "urlmap", "backend", "service", "job", "database", "bucket", "identity")
+KINDS = ("host", "address", "urlmap", "backend", "service", "job", "database", "cache", "bucket", "identity")
 TITLES = {"host": "host", "address": "global address", "urlmap": "URL map", "backend": "backend service",
           "service": "Cloud Run service", "job": "Cloud Run job", "database": "Cloud SQL instance",
-          "bucket": "bucket", "identity": "service account"}
+          "cache": "Memorystore for Redis", "bucket": "bucket", "identity": "service account"}
 NODE_STYLE = {
     "host": 'shape=ellipse, style=filled, fillcolor="#ffffff"',
     "address": 'fillcolor="#e8eaf6"',
@@ -58,6 +62,7 @@ NODE_STYLE = {
     "service": 'fillcolor="#e3f2fd"',
     "job": 'fillcolor="#ede7f6"',
     "database": 'shape=cylinder, style=filled, fillcolor="#fff3e0"',
+    "cache": 'shape=cylinder, style=filled, fillcolor="#ffebee"',
     "bucket": 'shape=folder, style=filled, fillcolor="#e8f5e9"',
     "identity": 'shape=note, style=filled, fillcolor="#fce4ec"',
 }
@@ -136,6 +141,10 @@ def job_ref(project: str, region: str, name: str) -> Ref:
 
 def database_ref(project: str, name: str) -> Ref:
     return Ref(f"database:{project}/{name}", "database", name)
+
+
+def cache_ref(project: str, region: str, name: str) -> Ref:
+    return Ref(f"cache:{project}/{region}/{name}", "cache", name)
 
 
 def bucket_ref(name: str) -> Ref:
@@ -243,6 +252,10 @@ def _run_facts(r: Resource) -> list[str]:
         facts.append(f"{limits.get('cpu', '?')} vCPU, {limits.get('memory', '?')}")
     if (container.get("resources") or {}).get("cpuIdle") is False:
         facts.append("CPU always allocated")
+    if env.get("PENPOT_FLAGS"):
+        facts.append(f"flags {env['PENPOT_FLAGS']}")
+    if "PENPOT_EXPORTER_WORKER_CONCURRENCY" in env:
+        facts.append(f"K = {env['PENPOT_EXPORTER_WORKER_CONCURRENCY']} pollers")
     if r["type"] == SERVICE and r["inputs"].get("ingress") in INGRESS:
         facts.append(INGRESS[r["inputs"]["ingress"]])
     if r["type"] == JOB and container.get("commands"):
@@ -262,6 +275,16 @@ def _database_facts(r: Resource, databases: list[str]) -> list[str]:
         facts.append(f"max_connections {flags['max_connections']}")
     if (settings.get("ipConfiguration") or {}).get("ipv4Enabled") is False:
         facts.append("private IP only")
+    return facts
+
+
+def _cache_facts(r: Resource) -> list[str]:
+    inputs = r["inputs"]
+    tier = "HA (standard)" if inputs.get("tier") == "STANDARD_HA" else "basic (one node)"
+    facts = [f"{TITLES['cache']}, {inputs.get('redisVersion', '?')}", f"{tier}, {inputs.get('memorySizeGb', '?')} GB",
+             "AUTH on" if inputs.get("authEnabled") else "AUTH off"]
+    if inputs.get("transitEncryptionMode") == "SERVER_AUTHENTICATION":
+        facts.append("TLS")
     return facts
 
 
@@ -323,6 +346,7 @@ def build(graphs: Sequence[Mapping[str, Any]]) -> Diagram:
     _add_edge_stack(builder)
     _add_runtimes(builder)
     _add_databases(builder)
+    _add_caches(builder)
     _add_buckets(builder)
     _add_identities(builder)
     nodes = [*builder.nodes.values(), *builder.stand_ins()]
@@ -439,6 +463,8 @@ def _add_runtimes(b: _Builder) -> None:
             b.link(run, identity_ref(email), "runs_as", "runs as")
         for database in _databases_of(b.index, r):
             b.link(run, database, "data", _connection_label(_env(r)))
+        for cache, how in _caches_of(b.index, r):
+            b.link(run, cache, "data", how)
         # A bucket is the service's when the service names it, or when the identity it runs
         # as is granted the bucket in the same stack (the demo finds its bucket that way).
         named = {v for v in _env(r).values() if v in buckets}
@@ -457,12 +483,37 @@ def _databases_of(index: _Index, r: Resource) -> list[Ref]:
 
 
 def _connection_label(env: Mapping[str, str]) -> str:
-    parts = [f"db {env['PGDATABASE']}" if "PGDATABASE" in env else "db"]
-    if "PG_POOL_MAX" in env:
-        parts.append(f"pool {env['PG_POOL_MAX']}")
-    if "PGUSER" in env:
-        parts.append(f"as {env['PGUSER'].split('@')[0]}")
+    # Brew's app reads PG*; Penpot's backend PENPOT_DATABASE_* (its URI ends in the database).
+    database = env.get("PGDATABASE") or env.get("PENPOT_DATABASE_URI", "").rpartition("/")[2]
+    parts = [f"db {database}" if database else "db"]
+    pool = env.get("PG_POOL_MAX") or env.get("PENPOT_DATABASE_MAX_POOL_SIZE")
+    if pool:
+        parts.append(f"pool {pool}")
+    user = env.get("PGUSER") or env.get("PENPOT_DATABASE_USERNAME")
+    if user:
+        parts.append(f"as {user.split('@')[0]}")
     return ", ".join(parts)
+
+
+def _caches_of(index: _Index, r: Resource) -> list[tuple[Ref, str]]:
+    """The Memorystore instances a service uses: directly depended on, or through a secret
+    version holding one's connection URI (the env var that reads it labels the edge)."""
+    secret_env = {str(((e.get("valueSource") or {}).get("secretKeyRef") or {}).get("secret", "")): str(e.get("name"))
+                  for e in _container(r).get("envs") or [] if "valueSource" in e}
+    found: dict[str, tuple[Ref, str]] = {}
+    for item in index.dependencies(r, REDIS):
+        ref = _cache_ref(item.resource)
+        found[ref.key] = (ref, "redis")
+    for version in index.dependencies(r, SECRET_VERSION):
+        how = secret_env.get(str(version.resource["inputs"].get("secret", "")), "redis")
+        for item in index.dependencies(version.resource, REDIS):
+            ref = _cache_ref(item.resource)
+            found[ref.key] = (ref, how)
+    return sorted(found.values(), key=lambda pair: pair[0].key)
+
+
+def _cache_ref(r: Resource) -> Ref:
+    return cache_ref(_project(r), str(r["inputs"].get("region", "")), _name(r))
 
 
 def _bucket_grants(index: _Index) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -487,6 +538,11 @@ def _add_databases(b: _Builder) -> None:
               _database_facts(r, databases[(_project(r), _name(r))]))
 
 
+def _add_caches(b: _Builder) -> None:
+    for item in b.index.of(REDIS):
+        b.add(_cache_ref(item.resource), item.stack, _cache_facts(item.resource))
+
+
 def _add_buckets(b: _Builder) -> None:
     for item in b.index.of(BUCKET):
         b.add(bucket_ref(_name(item.resource)), item.stack, _bucket_facts(item.resource))
@@ -505,6 +561,7 @@ def _add_identities(b: _Builder) -> None:
         email = _member_email(str(item.resource["inputs"].get("member", "")))
         if email:
             secrets[email].add(str(item.resource["inputs"].get("secretId", "")))
+    hmac = {str(item.resource["inputs"].get("serviceAccountEmail", "")) for item in b.index.of(HMAC_KEY)}
     for (_, email), granted in _bucket_grants(b.index).items():
         for bucket, role in granted:
             b.link(identity_ref(email), bucket_ref(bucket), "access", role)
@@ -530,6 +587,8 @@ def _add_identities(b: _Builder) -> None:
                  *sorted(set(used_from[email])), *sorted(set(roles[email]))]
         if secrets[email]:
             facts.append(f"reads {len(secrets[email])} secrets")
+        if email in hmac:
+            facts.append("HMAC key (S3 API)")
         b.add(identity_ref(email), item.stack, facts)
 
 

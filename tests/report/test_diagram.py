@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.exit_codes import ExitCode
-from infra.report.diagram import (BUCKET, JOB, SERVICE, SQL_INSTANCE, URL_MAP, Diagram, GraphvizMissing, build,
-                                  escape, file_stem, quote, render_svg, to_dot, write_dot)
+from infra.report.diagram import (BUCKET, JOB, REDIS, SERVICE, SQL_INSTANCE, URL_MAP, Diagram, GraphvizMissing,
+                                  build, escape, file_stem, quote, render_svg, to_dot, write_dot)
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 HOSTS = {"feed.joinsquareup.com": "brew-web", "brew.joinsquareup.com": "shopos-feed",
@@ -88,10 +88,12 @@ def invoke(*args: str):
 
 def test_every_service_job_database_bucket_and_host_is_drawn_in_its_stack(graphs, picture, dot):
     expected = {
-        ("service", SERVICE): {"brew-web", "brew-worker", "shopos-feed", "brew-demo"},
+        ("service", SERVICE): {"brew-web", "brew-worker", "shopos-feed", "brew-demo",
+                               "penpot-frontend", "penpot-backend", "penpot-worker", "penpot-exporter"},
         ("job", JOB): {"brew-ops"},
-        ("database", SQL_INSTANCE): {"brew-prod", "brew-staging"},
-        ("bucket", BUCKET): {"brew-prod", "brew-prototype", "brew-prototype-demo"},
+        ("database", SQL_INSTANCE): {"brew-prod", "brew-staging", "penpot-prod"},
+        ("cache", REDIS): {"penpot-prod"},
+        ("bucket", BUCKET): {"brew-prod", "brew-prototype", "brew-prototype-demo", "squareup-penpot-assets"},
     }
     for (kind, type_token), names in expected.items():
         declared = physical_names(graphs, type_token)
@@ -170,6 +172,22 @@ def test_a_stack_drawn_alone_points_at_dashed_stand_ins(graphs):
     key = quote(alone.named("service", "brew-web").key)
     assert key not in cluster(text, "edge")
     assert re.search(rf"\n  {re.escape(key)} \[label=.*style=dashed", text)
+
+
+def test_penpot_draws_its_redis_and_who_reads_its_uri(picture):
+    cache = picture.named("cache", "penpot-prod")
+    assert cache.stack == "penpot-prod"
+    assert {"Memorystore for Redis, REDIS_7_2", "HA (standard), 1 GB", "AUTH on"} <= set(cache.lines)
+    names = {node.key: node.lines[0] for node in picture.nodes}
+    readers = {names[e.tail]: e.label for e in picture.edges if e.head == cache.key}
+    # The frontend reads nothing from Redis; the backends and the exporter through the URI secret.
+    assert readers == {"penpot-backend": "PENPOT_REDIS_URI", "penpot-worker": "PENPOT_REDIS_URI",
+                       "penpot-exporter": "PENPOT_REDIS_URI"}
+    backend = picture.named("service", "penpot-backend")
+    database = picture.named("database", "penpot-prod")
+    assert edge(picture, backend.key, database.key) == "db penpot, pool 20, as penpot-prod-backend"
+    assert "K = 2 pollers" in picture.named("service", "penpot-exporter").lines
+    assert "HMAC key (S3 API)" in picture.named("identity", "penpot-prod-backend").lines
 
 
 def test_the_dot_text_is_the_same_whatever_order_the_graphs_come_in(graphs, dot):

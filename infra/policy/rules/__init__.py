@@ -1,11 +1,12 @@
 """Every rule, one module per concern. IDs are stable and never reused: BREW-Snnn security,
-BREW-Innn platform invariants, BREW-Bnnn budgets."""
+BREW-Innn platform invariants, BREW-Bnnn budgets; a blueprint's own start at 101 (penpot:
+BREW-I101.., BREW-B101..)."""
 
 from __future__ import annotations
 
 from infra.policy.model import Rule
 
-RULE_MODULES = ("cloudsql", "storage", "cloudrun", "edge", "identity", "platform", "budgets")
+RULE_MODULES = ("cloudsql", "storage", "cloudrun", "edge", "identity", "platform", "budgets", "penpot")
 
 
 def _collect() -> tuple[Rule, ...]:

@@ -131,6 +131,21 @@ def env(workload: Resource) -> dict[str, EnvVar]:
     return found
 
 
+def env_names(workload: Resource) -> set[str]:
+    """Every env var a service or job declares, plain or from Secret Manager."""
+    base = _template(workload)
+    return {str(var.get("name")) for container in items(workload.get(f"{base}.containers"))
+            if isinstance(container, Mapping) for var in items(container.get("envs"))
+            if isinstance(var, Mapping) and isinstance(var.get("name"), str)}
+
+
+def is_penpot(workload: Resource) -> bool:
+    """A Penpot process (the blueprint of SPEC 6): it reads PENPOT_* variables, which Brew's
+    app never does. Brew's invariants and budgets (ROLE, the lease, PG_POOL_MAX) are not
+    Penpot's; infra/policy/rules/penpot.py judges these."""
+    return any(name.startswith("PENPOT_") for name in env_names(workload))
+
+
 def roles(workload: Resource) -> set[str]:
     """What the app process does, from its ROLE env var (`web`, `worker`, `web,worker`)."""
     role = env(workload).get("ROLE")

@@ -5,7 +5,9 @@ still room.
 
 A service may open max instances x its pool (PG_POOL_MAX, which the environments set),
 plus one lease connection per instance when it runs the worker role; a job opens its
-concurrent tasks x its pool, or one connection per task without a pool.
+concurrent tasks x its pool, or one connection per task without a pool. These are Brew's
+terms: Penpot's processes (PENPOT_* env) size their pool differently and are budgeted by
+BREW-B101/B102 (infra/policy/rules/penpot.py), which reuse the helpers here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from infra.policy.rules._graph import (
     at,
     databases,
     env,
+    is_penpot,
     items,
     number,
     roles,
@@ -99,9 +102,10 @@ def _job_term(job: Resource) -> Term:
 
 
 def budgets(resources: Sequence[Resource]) -> list[Budget]:
-    """The budget of each declared instance some service or job connects to."""
+    """The budget of each declared instance some of Brew's services or jobs connect to."""
     found = []
-    for instance, workloads in databases(resources):
+    for instance, connected in databases(resources):
+        workloads = [w for w in connected if not is_penpot(w)]
         if not workloads:
             continue
         services = [(s, _service_term(s)) for s in workloads if s.type == SERVICE]
@@ -172,7 +176,7 @@ def alert_levels(resources: Sequence[Resource], instance: Resource) -> list[Aler
     return found
 
 
-def _working(levels: list[AlertLevel]) -> list[AlertLevel]:
+def working(levels: list[AlertLevel]) -> list[AlertLevel]:
     return [level for level in levels if level.value is not None and level.comparison in ALERTING_COMPARISONS]
 
 
@@ -191,7 +195,7 @@ _BUDGET_REMEDIATION = ("Lower maxInstances or pgPool of the services (brew:servi
 )
 def budget_under_alert_level(resources: Sequence[Resource], ctx: Context) -> Iterator[Violation]:
     for budget in budgets(resources):
-        for level in _working(alert_levels(resources, budget.instance)):
+        for level in working(alert_levels(resources, budget.instance)):
             if budget.total >= level.value:
                 yield Violation(level.policy, level.path,
                                 f"database {budget.instance.physical_name}: {budget.arithmetic()} connections, "
@@ -234,7 +238,7 @@ def alert_level_under_max_connections(resources: Sequence[Resource], ctx: Contex
         limit = max_connections(instance)
         if limit is None:
             continue  # BREW-B002 reports the unknown limit
-        for level in _working(alert_levels(resources, instance)):
+        for level in working(alert_levels(resources, instance)):
             if level.value >= limit.value:
                 yield Violation(level.policy, level.path,
                                 f"{level.policy.physical_name}: alert level {_fmt(level.value)} on database "
@@ -260,7 +264,7 @@ def production_connections_alert(resources: Sequence[Resource], ctx: Context) ->
             yield Violation(instance, "name", f"production database {instance.physical_name} has no alert policy on "
                                               f"{BACKENDS_METRIC} (name)")
         for level in levels:
-            if level not in _working(levels):
+            if level not in working(levels):
                 yield Violation(level.policy, level.path,
                                 f"{level.policy.physical_name}: connections alert on {instance.physical_name} "
                                 f"never fires: threshold {level.value} with {level.comparison} ({level.path})")

@@ -2,7 +2,9 @@
 survives an instance loss, and staging's bucket mirror is consistent and retired on time.
 
 A Cloud Run service's role is its ROLE env var; a service belongs to the database it
-depends on (the environments make every revision wait for its Cloud SQL instance).
+depends on (the environments make every revision wait for its Cloud SQL instance). The
+lease is Brew's: Penpot's processes (PENPOT_* env) have no ROLE and no lease, and
+infra/policy/rules/penpot.py holds their invariants.
 """
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ import datetime as dt
 from collections.abc import Iterator, Sequence
 
 from infra.policy.model import Context, Resource, Severity, Violation, is_production, resource_rule, stack_rule
-from infra.policy.rules._graph import DEFAULT_MAX_INSTANCES, JOB, SERVICE, databases, env, label, number, roles
+from infra.policy.rules._graph import (
+    DEFAULT_MAX_INSTANCES,
+    JOB,
+    SERVICE,
+    databases,
+    env,
+    is_penpot,
+    label,
+    number,
+    roles,
+)
 
 MIRROR = "OBJECTS_MIRROR"
 READTHROUGH = "OBJECTS_READTHROUGH"
@@ -53,14 +65,16 @@ def worker_single_instance(res: Resource, ctx: Context) -> Iterator[tuple[str, s
     "BREW-I002", Severity.ERROR, "Exactly one service per database runs the worker role",
     description="The lease is per database: two worker services on one database race for it and the loser idles "
                 "in the connection budget; none leaves timers and queued jobs unserved. Staging's shopos-feed "
-                "(ROLE=web,worker) is brew-staging's one worker. None of Checkov, KICS or Trivy has this invariant.",
+                "(ROLE=web,worker) is brew-staging's one worker. Only Brew's services count: a Penpot process "
+                "(PENPOT_* env) holds no lease (BREW-I103 judges Penpot's workers). None of Checkov, KICS or Trivy "
+                "has this invariant.",
     remediation="Give exactly one service per database a role that includes worker (brew:services in the stack "
                 "file).",
     references=(),
 )
 def one_worker_per_database(resources: Sequence[Resource], ctx: Context) -> Iterator[Violation]:
     for instance, workloads in databases(resources):
-        services = [w for w in workloads if w.type == SERVICE]
+        services = [w for w in workloads if w.type == SERVICE and not is_penpot(w)]
         workers = [s for s in services if "worker" in roles(s)]
         if services and not workers:
             yield Violation(instance, "name", f"no service connected to database {instance.physical_name} runs the "
