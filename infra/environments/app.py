@@ -17,9 +17,10 @@ from infra.components.cloud_run_job import CloudRunJob, CloudRunJobArgs
 from infra.components.cloud_run_service import CloudRunService, CloudRunServiceArgs, Ingress, Role
 from infra.components.identity import ProjectGrant, RuntimeIdentity, RuntimeIdentityArgs
 from infra.components.labels import standard_labels
+from infra.components.network import Network, NetworkArgs
 from infra.components.postgres import Availability, PostgresInstance, PostgresInstanceArgs
 from infra.components.secrets import SecretSet, SecretSetArgs
-from infra.settings import ServiceSettings, StackSettings
+from infra.settings import NetworkSettings, ServiceSettings, StackSettings
 
 # What every runtime identity needs besides its database, bucket and secrets.
 RUNTIME_ROLES = ("roles/aiplatform.user", "roles/logging.logWriter", "roles/monitoring.metricWriter")
@@ -31,6 +32,25 @@ class Runtime:
 
     email: pulumi.Input[str]
     member: pulumi.Input[str]
+
+
+def vpc(net: NetworkSettings, project: str, region: str, labels: dict[str, str]) -> Network:
+    """The VPC with its subnet and the private services access range Cloud SQL and
+    Memorystore take their addresses from."""
+    return Network(
+        net.name,
+        NetworkArgs(
+            network_name=net.name,
+            project=project,
+            region=region,
+            subnet_name=net.subnet,
+            subnet_cidr=net.subnet_cidr,
+            private_services_range_name=net.private_services_range,
+            private_services_address=net.private_services_address,
+            private_services_prefix_length=net.private_services_prefix_length,
+            labels=labels,
+        ),
+    )
 
 
 def iam_database_user(email: str) -> str:

@@ -7,27 +7,14 @@ import pulumi
 
 from infra.components.edge import ArmorPolicy, Edge, EdgeArgs, EdgeHost
 from infra.components.labels import standard_labels
-from infra.components.network import Network, NetworkArgs
+from infra.environments import app
 from infra.settings import StackSettings
 
 
 def build(s: StackSettings) -> None:
     net, e = s.network, s.edge
     assert net is not None and e is not None
-    Network(
-        net.name,
-        NetworkArgs(
-            network_name=net.name,
-            project=s.project,
-            region=s.region,
-            subnet_name=net.subnet,
-            subnet_cidr=net.subnet_cidr,
-            private_services_range_name=net.private_services_range,
-            private_services_address=net.private_services_address,
-            private_services_prefix_length=net.private_services_prefix_length,
-            labels=standard_labels("edge", net.name),
-        ),
-    )
+    app.vpc(net, s.project, s.region, standard_labels("edge", net.name))
     edge = Edge(
         "edge",
         EdgeArgs(

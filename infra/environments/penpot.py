@@ -33,10 +33,10 @@ from infra.components.hmac_key import StorageHmacKey, StorageHmacKeyArgs
 from infra.components.identity import ProjectGrant, RuntimeIdentity, RuntimeIdentityArgs
 from infra.components.labels import standard_labels
 from infra.components.memorystore import Memorystore, MemorystoreArgs, Tier
-from infra.components.network import Network, NetworkArgs
+from infra.components.network import Network
 from infra.components.postgres import Availability, PostgresInstance, PostgresInstanceArgs, iam_user_name
 from infra.components.secrets import SecretSet, SecretSetArgs
-from infra.environments.app import Runtime, instance_condition
+from infra.environments.app import Runtime, instance_condition, vpc as app_vpc
 from infra.penpot_settings import ROLES, PenpotSettings, ServiceSettings
 from infra.runbooks import render_runbook
 
@@ -70,21 +70,7 @@ def labels(s: PenpotSettings, service: str, role: str | None = None) -> dict[str
 
 
 def vpc(s: PenpotSettings) -> Network:
-    net = s.network
-    return Network(
-        net.name,
-        NetworkArgs(
-            network_name=net.name,
-            project=s.project,
-            region=s.region,
-            subnet_name=net.subnet,
-            subnet_cidr=net.subnet_cidr,
-            private_services_range_name=net.private_services_range,
-            private_services_address=net.private_services_address,
-            private_services_prefix_length=net.private_services_prefix_length,
-            labels=labels(s, net.name),
-        ),
-    )
+    return app_vpc(s.network, s.project, s.region, labels(s, s.network.name))
 
 
 def identities(s: PenpotSettings) -> dict[str, Runtime]:
