@@ -68,7 +68,10 @@ def main() -> None:
     peak = max(peaks)
     print(f"pulumi_gcp modules imported by the program: {', '.join(modules)}")
     print(f"floor  (import pulumi + those modules): median {floor:.3f} s over {args.runs} runs")
-    print(f"synth --all (4 stacks):                 median {synth:.3f} s over {args.runs} runs")
+    from infra.synth.stacks import available_stacks
+
+    stacks = available_stacks()
+    print(f"synth --all ({len(stacks)} stacks: {', '.join(stacks)}): median {synth:.3f} s over {args.runs} runs")
     print(f"ratio {ratio:.2f} (target <= {RATIO_TARGET})  {'OK' if ratio <= RATIO_TARGET else 'OVER TARGET'}")
     print(f"peak memory {peak:.0f} MB (target < {MEMORY_TARGET_MB} MB)  "
           f"{'OK' if peak < MEMORY_TARGET_MB else 'OVER TARGET'}")
