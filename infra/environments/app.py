@@ -20,7 +20,7 @@ from infra.components.labels import standard_labels
 from infra.components.network import Network, NetworkArgs
 from infra.components.postgres import Availability, PostgresInstance, PostgresInstanceArgs
 from infra.components.secrets import SecretSet, SecretSetArgs
-from infra.settings import NetworkSettings, ServiceSettings, StackSettings
+from infra.settings import DatabaseSettings, NetworkSettings, ServiceSettings, StackSettings
 
 # What every runtime identity needs besides its database, bucket and secrets.
 RUNTIME_ROLES = ("roles/aiplatform.user", "roles/logging.logWriter", "roles/monitoring.metricWriter")
@@ -135,16 +135,24 @@ def bucket(s: StackSettings, runtime: Runtime, readers: tuple[str, ...] = ()) ->
 
 
 def database(s: StackSettings, iam_users: tuple[pulumi.Input[str], ...]) -> PostgresInstance | None:
-    db = s.database
-    if not s.uses_database or db is None:
+    if not s.uses_database or s.database is None:
         return None
+    return postgres(s.database, s.project, s.region, s.network_id, iam_users,
+                    standard_labels(s.environment, s.database.name))
+
+
+def postgres(db: DatabaseSettings, project: str, region: str, network_id: str,
+             iam_users: tuple[pulumi.Input[str], ...], labels: dict[str, str], *,
+             allocated_ip_range: str | None = None, opts: pulumi.ResourceOptions | None = None) -> PostgresInstance:
+    """The Cloud SQL instance a stack's database settings describe, on its private network."""
     return PostgresInstance(
         db.name,
         PostgresInstanceArgs(
             instance_name=db.name,
-            project=s.project,
-            region=s.region,
-            private_network=s.network_id,
+            project=project,
+            region=region,
+            private_network=network_id,
+            allocated_ip_range=allocated_ip_range,
             database_version=db.version,
             tier=db.tier,
             availability=Availability(db.availability),
@@ -154,8 +162,9 @@ def database(s: StackSettings, iam_users: tuple[pulumi.Input[str], ...]) -> Post
             flags=dict(db.flags),
             databases=(db.database,),
             iam_service_accounts=iam_users,
-            labels=standard_labels(s.environment, db.name),
+            labels=labels,
         ),
+        opts=opts,
     )
 
 

@@ -34,9 +34,9 @@ from infra.components.identity import ProjectGrant, RuntimeIdentity, RuntimeIden
 from infra.components.labels import standard_labels
 from infra.components.memorystore import Memorystore, MemorystoreArgs, Tier
 from infra.components.network import Network
-from infra.components.postgres import Availability, PostgresInstance, PostgresInstanceArgs, iam_user_name
+from infra.components.postgres import PostgresInstance, iam_user_name
 from infra.components.secrets import SecretSet, SecretSetArgs
-from infra.environments.app import Runtime, instance_condition, vpc as app_vpc
+from infra.environments.app import Runtime, instance_condition, postgres as app_postgres, vpc as app_vpc
 from infra.penpot_settings import ROLES, PenpotSettings, ServiceSettings
 from infra.runbooks import render_runbook
 
@@ -152,29 +152,10 @@ def storage(s: PenpotSettings, runtimes: dict[str, Runtime]) -> tuple[Bucket, St
 
 
 def database(s: PenpotSettings, runtimes: dict[str, Runtime], network: Network) -> PostgresInstance:
-    db = s.database
-    return PostgresInstance(
-        db.name,
-        PostgresInstanceArgs(
-            instance_name=db.name,
-            project=s.project,
-            region=s.region,
-            private_network=s.network_id,
-            allocated_ip_range=s.network.private_services_range,
-            database_version=db.version,
-            tier=db.tier,
-            availability=Availability(db.availability),
-            backups=db.backups,
-            point_in_time_recovery=db.point_in_time_recovery,
-            deletion_protection=db.deletion_protection,
-            flags=dict(db.flags),
-            databases=(db.database,),
-            iam_service_accounts=(runtimes["backend"].email,),
-            labels=labels(s, db.name),
-        ),
-        # Private IP comes from the private services access peering.
-        opts=pulumi.ResourceOptions(depends_on=[network]),
-    )
+    return app_postgres(s.database, s.project, s.region, s.network_id, (runtimes["backend"].email,),
+                        labels(s, s.database.name), allocated_ip_range=s.network.private_services_range,
+                        # Private IP comes from the private services access peering.
+                        opts=pulumi.ResourceOptions(depends_on=[network]))
 
 
 def redis(s: PenpotSettings, runtimes: dict[str, Runtime], network: Network) -> Memorystore:
