@@ -214,15 +214,20 @@ def budget_under_alert_level(resources: Sequence[Resource], ctx: Context) -> Ite
 )
 def budget_under_max_connections(resources: Sequence[Resource], ctx: Context) -> Iterator[Violation]:
     for budget in budgets(resources):
-        instance, limit = budget.instance, max_connections(budget.instance)
-        if limit is None:
-            yield Violation(instance, "settings.tier", f"database {instance.physical_name}: max_connections of tier "
-                                                       f"{instance.get('settings.tier')} is unknown; set the "
-                                                       "max_connections flag (settings.tier)")
-        elif budget.total >= limit.value:
-            yield Violation(instance, limit.path, f"database {instance.physical_name}: {budget.arithmetic()} "
-                                                  f"connections, not under max_connections {limit.value} "
-                                                  f"({limit.source}, {limit.path})")
+        yield from over_max_connections(budget.instance, budget.total, budget.arithmetic())
+
+
+def over_max_connections(instance: Resource, total: int, arithmetic: str) -> Iterator[Violation]:
+    """The budget `total` (shown as `arithmetic`) against the instance's max_connections, or
+    the tier whose limit is unknown."""
+    limit = max_connections(instance)
+    if limit is None:
+        yield Violation(instance, "settings.tier", f"database {instance.physical_name}: max_connections of tier "
+                                                   f"{instance.get('settings.tier')} is unknown; set the "
+                                                   "max_connections flag (settings.tier)")
+    elif total >= limit.value:
+        yield Violation(instance, limit.path, f"database {instance.physical_name}: {arithmetic} connections, "
+                                              f"not under max_connections {limit.value} ({limit.source}, {limit.path})")
 
 
 @stack_rule(

@@ -27,7 +27,7 @@ from infra.policy.rules._graph import (
     is_penpot,
     number,
 )
-from infra.policy.rules.budgets import Term, alert_levels, max_connections, working
+from infra.policy.rules.budgets import Term, alert_levels, over_max_connections, working
 
 FLAGS = "PENPOT_FLAGS"
 DATABASE_URI = "PENPOT_DATABASE_URI"
@@ -300,16 +300,8 @@ _BUDGET_REMEDIATION = (f"Lower maxInstances or dbPool of penpot:backend and penp
 )
 def penpot_budget_under_max_connections(resources: Sequence[Resource], ctx: Context) -> Iterator[Violation]:
     for instance, terms in penpot_budgets(resources):
-        limit = max_connections(instance)
         total, arithmetic = _arithmetic(terms)
-        if limit is None:
-            yield Violation(instance, "settings.tier", f"database {instance.physical_name}: max_connections of tier "
-                                                       f"{instance.get('settings.tier')} is unknown; set the "
-                                                       "max_connections flag (settings.tier)")
-        elif total >= limit.value:
-            yield Violation(instance, limit.path, f"database {instance.physical_name}: Penpot backends {arithmetic} "
-                                                  f"connections, not under max_connections {limit.value} "
-                                                  f"({limit.source}, {limit.path})")
+        yield from over_max_connections(instance, total, f"Penpot backends {arithmetic}")
 
 
 @stack_rule(
